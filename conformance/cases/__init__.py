@@ -5,7 +5,7 @@
 captures, :func:`case_id`). Family map, planting and layouts: ``README.md`` here.
 """
 
-from conformance.cases.captures import NO_CAPTURES, CaptureReplay, capture_cases, case_id, load_capture_dir
+from conformance.cases.captures import NO_CAPTURES, CaptureReplay, by_case_id, capture_cases, case_id, load_capture_dir
 from conformance.cases.synthetic import SYNTHETIC_KINDS, TIE_ORDERS, make_case, synthetic_cases, tie_discrimination
 from conformance.cases.tie_search import MANT_BITS, TIE_BLOCK, VMAX, pick_ties, realize_acc
 from conformance.cases.tile_edges import TILE_EDGES, tile_edge_cases, tile_edge_shapes
@@ -13,6 +13,7 @@ from conformance.cases.tile_edges import TILE_EDGES, tile_edge_cases, tile_edge_
 __all__ = [
     "NO_CAPTURES",
     "CaptureReplay",
+    "by_case_id",
     "capture_cases",
     "case_id",
     "load_capture_dir",

@@ -91,3 +91,8 @@ def case_id(ops: GemmOperands) -> str:
     if (ops.meta or {}).get("source") == "capture":
         return f"{ops.name}[{ops.scale_mode}]"
     return ops.name or f"M{ops.m}xK{ops.k}xN{ops.n}"
+
+
+def by_case_id(cases) -> dict[str, GemmOperands]:
+    """``{case_id(ops): ops}`` for an iterable of cases (a later case of one id replaces an earlier one)."""
+    return {case_id(ops): ops for ops in cases}

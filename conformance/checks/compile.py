@@ -26,7 +26,8 @@ import contextlib
 import inspect
 import logging
 import warnings
-from typing import Any, Optional, Sequence
+from dataclasses import dataclass
+from typing import Any, Callable, Optional, Sequence
 
 import torch
 from torch.overrides import TorchFunctionMode
@@ -154,18 +155,38 @@ def _eager(spec, ops, device: str) -> tuple:
         return label, t, None, row
 
 
-def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True, wrapper: bool = False) -> dict:
-    """One case: ``{"case", "ok", "line", ...}``; a custom op's case with ``fake_and_opcheck`` adds ``fake`` and
-    ``opcheck`` (``wrapper``: ``op`` is a plain callable over a custom op: its fake is compared, no opcheck)."""
+@dataclass(frozen=True)
+class Traced:
+    """The custom op a compiled model traces: ``op`` a registered custom op (its fake read on it, ``opcheck`` run),
+    or for a wrapper (a plain callable over one, ``inner`` that op's name) the kernel's callable itself, through
+    which the fake is read (no opcheck: ``opcheck`` takes an op)."""
+
+    op: Any
+    inner: Optional[str] = None
+
+    @property
+    def wrapper(self) -> bool:
+        return self.inner is not None
+
+    def fake_target(self, fn: Callable) -> Any:
+        """What the fake is read through, ``fn`` the case's kernel callable (``serving.kernel_fn``)."""
+        return fn if self.wrapper else self.op
+
+    def __str__(self) -> str:
+        return f"{self.inner} (called by the kernel)" if self.wrapper else str(self.op)
+
+
+def compile_case(spec, ops, device: str, traced: Optional[Traced], fake_and_opcheck: bool = True) -> dict:
+    """One case: ``{"case", "ok", "line", ...}``, compiled with ``fullgraph`` when ``traced`` (a custom op is
+    called); with ``fake_and_opcheck`` also ``fake`` and ``opcheck`` (a wrapper: ``n/a``)."""
     label, t, eager, raised = _eager(spec, ops, device)
     if raised is not None:
         return raised
     fn, dt = serving.kernel_fn(spec, ops), ops.out_dtype
-    target = fn if wrapper else op
     torch.compiler.reset()
     compiled = torch.compile(
         lambda a, b, sa, sb, bias: fn(a, b, sa, sb, out_dtype=dt, bias=bias),
-        fullgraph=op is not None,
+        fullgraph=traced is not None,
         options={"compile_threads": 1},  # no pool of compile processes for one small graph
     )
     try:
@@ -173,33 +194,34 @@ def compile_case(spec, ops, device: str, op, fake_and_opcheck: bool = True, wrap
             got = compiled(t["a"], t["b"], t["scale_a"], t["scale_b"], t["bias"])
     except Exception as e:  # noqa: BLE001 -- a compile / trace that fails is the finding
         # a custom op's wrong or missing fake is the usual cause: said first, in its own words
-        fake = fake_difference(target, t, dt, eager) if op is not None and isinstance(eager, torch.Tensor) else None
+        fake = None
+        if traced is not None and isinstance(eager, torch.Tensor):
+            fake = fake_difference(traced.fake_target(fn), t, dt, eager)
         line = f"torch.compile raised {serving.exception_line(e)}"
         return {"case": label, "ok": False, "kind": "compile", "line": f"{fake}; {line}" if fake else line}
     finally:
         torch.compiler.reset()
-    row: dict[str, Any] = {"case": label, "ok": True, "fullgraph": op is not None}
+    row: dict[str, Any] = {"case": label, "ok": True, "fullgraph": traced is not None}
     problems = []
     diff = serving.bit_difference(got, eager)
     if diff is not None:
         problems.append(f"compiled call: {diff}")
-    if op is not None and fake_and_opcheck and isinstance(eager, torch.Tensor):
-        fake = fake_difference(target, t, dt, eager)
-        failures = [] if wrapper else opcheck_failures(op, t, dt)
-        row.update(fake=fake or "agrees", opcheck="n/a: a wrapper" if wrapper else failures or "all passed")
+    if traced is not None and fake_and_opcheck and isinstance(eager, torch.Tensor):
+        fake = fake_difference(traced.fake_target(fn), t, dt, eager)
+        failures = [] if traced.wrapper else opcheck_failures(traced.op, t, dt)
+        row.update(fake=fake or "agrees", opcheck="n/a: a wrapper" if traced.wrapper else failures or "all passed")
         problems += [fake] if fake else []
         problems += [f"opcheck {f}" for f in failures]
     row.update(ok=not problems, line="; ".join(problems) or "compiled call bit-identical to the eager call")
     return row
 
 
-def fake_case(spec, ops, device: str, op, wrapper: bool = False) -> dict:
-    """A custom op's fake on one case, no compile (``wrapper``: through the plain callable ``op``, which calls
-    one): ``{"case", "ok", "line", "fake"}``."""
+def fake_case(spec, ops, device: str, traced: Traced) -> dict:
+    """``traced``'s fake on one case, no compile: ``{"case", "ok", "line", "fake"}``."""
     label, t, real, raised = _eager(spec, ops, device)
     if raised is not None:
         return raised
-    target = serving.kernel_fn(spec, ops) if wrapper else op
+    target = traced.fake_target(serving.kernel_fn(spec, ops))
     fake = fake_difference(target, t, ops.out_dtype, real) if isinstance(real, torch.Tensor) else None
     return {
         "case": label,
@@ -217,34 +239,34 @@ def check_compile(spec, cases: Sequence = (), device: Optional[str] = None, seed
     if dev is None:
         return not_applicable(CHECK_ID, f"not runnable here: {why}")
     op = registered_op(spec.scaled_mm)
+    traced = None if op is None else Traced(op)
     on_cpu = torch.device(dev).type == "cpu"
-    inner, sample = None, None
+    sample = None
     if op is None and names_an_op(spec.scaled_mm):  # called once to see which op it calls (no call otherwise)
         sample = serving.sample_cases(spec, seed)
         first = sample[0]
         inner = wrapped_op(serving.kernel_fn(spec, first), serving.on_device(first, dev), first.out_dtype)
-    wrapper = inner is not None
-    if wrapper:  # a plain callable over a custom op: a compiled model sees that op's fake through it
-        op = spec.scaled_mm
-    if on_cpu and op is None:
+        # a plain callable over a custom op: a compiled model sees that op's fake through it
+        traced = None if inner is None else Traced(spec.scaled_mm, inner)
+    if on_cpu and traced is None:
         return not_applicable(CHECK_ID, CPU_REASON)
     sample = sample or serving.sample_cases(spec, seed)
-    if on_cpu and wrapper:  # the fake through the wrapper on the whole sample, no compile (the CI's minutes)
+    if on_cpu and traced is not None and traced.wrapper:  # its fake on the whole sample, no compile (CI minutes)
         compiled, faked = [], sample
     elif on_cpu:
         m, dt = CPU_SHAPE
         compiled, faked = [serving.make_operands(spec, m, dt, True, True, seed, f"serving/cpu-M{m}")], sample
     else:
         compiled, faked = sample[: serving.CORE], sample[serving.CORE :]
-    rows = [compile_case(spec, ops, dev, op, i == 0, wrapper) for i, ops in enumerate(compiled)]
-    if op is not None:  # the fake on the rest of the sample (a fake may be wrong for one out dtype or path only)
-        rows += [fake_case(spec, ops, dev, op, wrapper) for ops in faked]
-    named = f"{inner} (called by the kernel)" if wrapper else None if op is None else str(op)
+    rows = [compile_case(spec, ops, dev, traced, i == 0) for i, ops in enumerate(compiled)]
+    if traced is not None:  # the fake on the rest of the sample (a fake may be wrong for one out dtype or path only)
+        rows += [fake_case(spec, ops, dev, traced) for ops in faked]
+    named, inner = (None, None) if traced is None else (str(traced), traced.inner)
     ev: dict[str, Any] = {"custom_op": named, "cases": rows, "device": dev}
     bad = [r for r in rows if not r["ok"]]
     if bad:
         kind = "raised" if all(r.get("kind") == "raised" for r in bad) else "kernel"
-        whose = f"custom op {inner}, called by the kernel: " if wrapper else ""
+        whose = f"custom op {inner}, called by the kernel: " if inner else ""
         line = f"{bad[0]['case']}: {whose}{bad[0]['line']}"
         line += f" ({len(bad)} of {len(rows)} cases)" if len(bad) > 1 else ""
         return CheckResult(CHECK_ID, NAME, Verdict.FAIL, line, dict(ev, failure_kind=kind))
@@ -252,11 +274,13 @@ def check_compile(spec, cases: Sequence = (), device: Optional[str] = None, seed
         line = f"the fake of custom op {inner}, called by the kernel, agrees on {len(rows)} case(s) on {dev}"
         line += " (not compiled on the CPU: C14 compiles it on CUDA)"
         return CheckResult(CHECK_ID, NAME, Verdict.PASS, line, ev)
-    if wrapper:
-        how = f"a wrapper of custom op {inner}, fullgraph, its fake agrees"
+    if traced is None:
+        how = "fullgraph=False"
+    elif traced.wrapper:
+        how = f"a wrapper of custom op {traced.inner}, fullgraph, its fake agrees"
     else:
-        how = f"custom op {op}, fullgraph, fake and opcheck agree" if op is not None else "fullgraph=False"
-    more = f"; the fake agrees on {len(rows) - len(compiled)} more" if op is not None else ""
+        how = f"custom op {traced.op}, fullgraph, fake and opcheck agree"
+    more = f"; the fake agrees on {len(rows) - len(compiled)} more" if traced is not None else ""
     return CheckResult(
         CHECK_ID,
         NAME,

@@ -82,6 +82,7 @@ def _triage(rp, args: argparse.Namespace) -> None:
     ``DIR/triage/triage.json``."""
     from pathlib import Path
 
+    from conformance.cases import by_case_id
     from conformance.suite.report import triage_summary
     from conformance.triage.run import ON_DEMAND_RUN_S, first_failing, triage_cases
     from reference.fileio import atomic_write_json
@@ -92,7 +93,7 @@ def _triage(rp, args: argparse.Namespace) -> None:
         print("replay: triage: no triaged check failed (a kernel-level check?)")
         return
     out = Path(args.dir) / "triage"
-    tri = triage_cases(rp.spec, todo, [rp.ops], ON_DEMAND_RUN_S, {}, out, args.device, share=1.0)
+    tri = triage_cases(rp.spec, todo, by_case_id([rp.ops]), ON_DEMAND_RUN_S, {}, out, args.device, share=1.0)
     atomic_write_json(out / "triage.json", tri)
     for line in triage_summary(tri):
         print(f"replay: {line}")

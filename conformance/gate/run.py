@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable, Optional, Sequence, Union
 
-from conformance.cases import case_id
+from conformance.cases import by_case_id, case_id
 from conformance.checks.output_bits import declared_output
 from conformance.checks.result import CHECK_NAMES, Verdict
 from conformance.gate import compare as C
@@ -504,7 +504,9 @@ class GateSession:
         if not todo:
             return {}
         self.say(f"gate: triage: where the candidate's failing checks switch on ({', '.join(c for c, _ in todo)})")
-        tri = triage_cases(self.cand_spec, todo, self.cases, res.elapsed_s, {}, self.out / "repro", self.opts.device)
+        tri = triage_cases(
+            self.cand_spec, todo, by_case_id(self.cases), res.elapsed_s, {}, self.out / "repro", self.opts.device
+        )
         res.candidate["triage"] = tri
         return tri
 

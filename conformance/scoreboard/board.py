@@ -22,7 +22,7 @@ import torch
 from rich.progress import Progress
 from safetensors.torch import load_file, save
 
-from conformance.cases import SYNTHETIC_KINDS, capture_cases, case_id, make_case
+from conformance.cases import SYNTHETIC_KINDS, by_case_id, capture_cases, case_id, make_case
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases
 from conformance.checks.result import Verdict
 from conformance.kernels import adapters
@@ -288,7 +288,7 @@ def _slice_ops(ops, i: int, j: int):
 def _write_repros(out_dir: Path, rows, cases, root: Optional[Path] = None) -> dict:
     """A reproducer per failing (row, check): ``{row key: {check: {"file", "case", "minimal", "shape",
     "command", "summary"}}}``."""
-    by_id = {case_id(o): o for o in cases}
+    by_id = by_case_id(cases)
     links: dict = {}
     for r in rows:
         for cid_case, res in r.cases.items():

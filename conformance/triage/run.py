@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Mapping, Optional
 
-from conformance.cases import case_id
+from conformance.cases import by_case_id, case_id
 from conformance.checks.result import CALL_ID, INTERFACE_ID, Verdict
 from conformance.runtime.forking import Forked, start_method
 from conformance.runtime.pool import CRASHED, OK, TIMED_OUT, IsolatedKernel, Outcome, Served
@@ -36,6 +36,7 @@ from conformance.triage.boundary import CALL_CHECKS, DIMENSIONS, PRODUCT_CALLS, 
 from conformance.triage.flips import flips, own_values
 from conformance.triage.minimal import ZERO_BUDGET, minimal_case
 from reference.fileio import atomic_write_json
+from reference.operands import GemmOperands
 
 #: The per-case checks triaged (C3 / C4 only where the kernel's own accumulator failed, not a precondition case)
 #: and the call's own pseudo-checks (it raised or gave no output; it broke the interface, e.g. the wrong dtype).
@@ -286,15 +287,16 @@ def triage_result(
     elapsed = {cr.case: cr.elapsed_s for cr in result.cases}
     died = any(cr.crash is not None for cr in result.cases)  # it died or hung: each probe in a child of its own
     todo = first_failures(result)
-    out = triage_cases(spec, todo, cases, result.elapsed_s, elapsed, repro_dir, device, share, died)
-    return contradicted_flips(out, result, cases)
+    by_id = by_case_id(cases)
+    out = triage_cases(spec, todo, by_id, result.elapsed_s, elapsed, repro_dir, device, share, died)
+    return contradicted_flips(out, result, by_id)
 
 
-def contradicted_flips(records: dict, result, cases) -> dict:
+def contradicted_flips(records: dict, result, by_id: Mapping[str, GemmOperands]) -> dict:
     """``records`` (:func:`triage_result`'s) with each passing flip that a failing case of the run contradicts marked
     ``contradicted_by`` (that case's id): the case has the flipped value and the same check failed on it, so the
-    value alone does not make the failure pass (the flip passed on the triaged case's values or shape)."""
-    by_id = {case_id(ops): ops for ops in cases}
+    value alone does not make the failure pass (the flip passed on the triaged case's values or shape). ``by_id``:
+    the run's cases by id (``conformance.cases.by_case_id``)."""
     for cid, rec in records.items():
         failing = [
             cr.case
@@ -313,7 +315,7 @@ def contradicted_flips(records: dict, result, cases) -> dict:
 def triage_cases(
     spec,
     todo: list[tuple[str, str]],
-    cases,
+    by_id: Mapping[str, GemmOperands],
     run_s: float,
     case_s: Mapping[str, float],
     repro_dir=None,
@@ -322,10 +324,9 @@ def triage_cases(
     isolate_calls: bool = False,
 ) -> dict:
     """:func:`triage_result`'s records for ``todo`` (``[(check id, case id)]``, :func:`first_failing`) of a run of
-    ``run_s`` seconds; ``case_s``: a case id's seconds in the run (absent: the search's timed call alone sets the
+    ``run_s`` seconds, its cases ``by_id`` (``conformance.cases.by_case_id``); ``case_s``: a case id's seconds in the run (absent: the search's timed call alone sets the
     cost); ``isolate_calls``: the kernel's process died or hung in the run, so every search calls it in a child per probe
     (:attr:`SearchArg.isolate_calls`). The searches share one :func:`isolated` child, replaced after a crash."""
-    by_id = {case_id(ops): ops for ops in cases}
     ref = kernel_ref(spec)
     out: dict[str, dict] = {}
     if not todo:

@@ -14,7 +14,7 @@ import buggy_kernels
 import torch
 from subprocesses import run_python
 
-from conformance.cases import case_id
+from conformance.cases import by_case_id, case_id
 from conformance.cases.planting import planted_case
 from conformance.cli import main
 from conformance.kernels.registry import get_kernel
@@ -249,7 +249,7 @@ def test_a_passing_flip_a_failing_case_of_the_run_contradicts_is_marked_here_onl
             ]
         }
     }
-    got = run.contradicted_flips(rec, res, cases)["C8"]["flips"]
+    got = run.contradicted_flips(rec, res, by_case_id(cases))["C8"]["flips"]
     assert [f.get("contradicted_by") for f in got] == ["family/ties/M1-real-fp16", None, None]
     line = triage_summary({"C8": {"case": failing[0], "flips": got}})[0]
     assert "out_dtype bf16 -> fp16 (here only: case family/ties/M1-real-fp16 with it fails)" in line
