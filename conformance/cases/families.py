@@ -64,7 +64,8 @@ FAMILIES: dict[str, tuple[Callable[[int], list], str]] = {
         regimes_family,
         "the trigger map: both sides of every M / N / K boundary a kernel may branch on "
         "(2^k +- 1 up to 2^17 + 1, tile multiples, 151,936, large-K residues, M*N*K "
-        "past 2^28 and 2^30, multi-tile grids), every layout, planted discriminators",
+        "past 2^28 and 2^30, outputs M*N past 2^22 and 2^24, multi-tile grids), every layout, planted "
+        "discriminators",
     ),
     "covering": (
         covering_family,

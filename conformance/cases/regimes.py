@@ -3,7 +3,8 @@
 :data:`AXES` visits both sides of each boundary a kernel may branch on, one
 narrow case per value: 2^k - 1, 2^k, 2^k + 1 (k = 6..17), 1.5 * 2^k and tile
 multiples +- 1 on M, N, K; N = 151,936; K = 8192 + r; M*N*K past 2^28 / 2^30;
-multi-tile grids. Layout, dtype, scale mode and bias rotate over an axis' cases.
+outputs M*N past 2^22 / 2^24 (past :data:`CPU_OUTPUTS` native only); multi-tile
+grids. Layout, dtype, scale mode and bias rotate over an axis' cases.
 """
 
 from __future__ import annotations
@@ -44,6 +45,12 @@ AXES = {
 }
 #: (M, K, N) just past the M*N*K thresholds 2^28 and 2^30 (every smaller case is below)
 MNK = ((16, 4097, 4096), (64, 4097, 4096))
+#: (M, K, N) just past the output sizes M*N = 2^22 and 2^24 (a persistent or stream-K schedule, or a tile
+#: configuration, picked by the number of output tiles: prefill into a wide layer); every other case's output is
+#: smaller. The second takes no bias (its rotation index is odd): planting a bias there costs ~9 s on one core
+OUTPUTS = ((2049, 32, 2048), (4097, 32, 4096))
+#: largest M*N a CPU run affords (the interpreter's grid); a larger case is ``meta["native_only"]``
+CPU_OUTPUTS = 1 << 23
 #: M and N both spanning several tiles; prefill shapes (M and K large together)
 GRID = (
     (129, 96, 257),
@@ -89,6 +96,7 @@ def regime_shapes() -> list[tuple[str, int, int, int]]:
             m, k, n = fits[0] if fits else min(shapes, key=lambda s: s[0] * s[1] * s[2])
             out.append((axis, m, k, n))
     out += [("MNK", m, k, n) for m, k, n in MNK]
+    out += [("MN", m, k, n) for m, k, n in OUTPUTS]
     out += [("grid", m, k, n) for m, k, n in GRID]
     return out
 
@@ -102,10 +110,12 @@ def regime_case(axis: str, m: int, k: int, n: int, i: int, seed: int = 0) -> Gem
     bias = i % 2 == 0 or layout in ("bias_strided", "all") or axis == "grid"
     zero_bias = bias and i % 6 == 4  # an all-(+0) bias: a kernel that skips it keeps -0
     name = f"family/regimes/{axis}-M{m}xK{k}xN{n}-{layout}-{mode}-{TAG[out_dtype]}"
-    value = {"M": m, "K": k, "N": n}.get(axis, m * k * n)
+    value = {"M": m, "K": k, "N": n, "MN": m * n}.get(axis, m * k * n)
     meta = {"source": "family", "family": "regimes", "seed": seed, "variant": f"{axis}-M{m}xK{k}xN{n}"}
     meta.update(layout=layout, scale_kind=mode, regime={"axis": axis, "value": value})
     meta["trigger"] = f"regime {axis} = {value}"
+    if m * n > CPU_OUTPUTS:
+        meta["native_only"] = True
     sa_t, sb_t = layout in ("scale_a_0d", "scale_a_uniform"), layout in ("scale_b_1", "scale_b_uniform")
     kw = dict(scale_a_tensor=sa_t, scale_b_tensor=sb_t, rotate=i, meta=meta)
     ops = planted_case(m, k, n, out_dtype, mode, bias, seed=seed, name=name, **kw)

@@ -29,7 +29,7 @@ from rich.table import Table
 from conformance.commands.options import add_deprecated_alias
 from conformance.runtime import exit_codes
 from conformance.runtime.output_dirs import command_root
-from reference.command_line import call_seconds, make_console, non_negative_int, positive_int
+from reference.command_line import call_seconds, make_console, non_negative_int, positive_int, remove_empty_dirs
 from reference.errors import CaptureError, Int8confError
 
 #: ``int8conf check`` exit codes: the names of ``conformance.runtime.exit_codes`` in check's words.
@@ -174,7 +174,18 @@ def register(subparsers) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    """Run the suite for every requested kernel; returns the exit code."""
+    """Run the suite for every requested kernel; returns the exit code. A run refused for bad input part-way (a
+    model or capture directory found unusable) leaves no empty report folder behind."""
+    made: list = []
+    try:
+        return _run(args, made)
+    except Int8confError:
+        remove_empty_dirs(made)
+        raise
+
+
+def _run(args: argparse.Namespace, made: list) -> int:
+    """:func:`run`'s body; ``made``: filled with the report folders it creates (deepest first)."""
     # the command's body (the suite stack, faults) loads here, not when the CLI starts
     from conformance.cases.captures import require_capture_dir
     from conformance.checks.result import Verdict
@@ -206,7 +217,7 @@ def run(args: argparse.Namespace) -> int:
         require_capture_dir(args.captures)
     runs = kernel_runs(args.kernel, args.inject)
     other = against_kernel(args.against, [s for s, _ in runs])
-    make_report_dirs(args.out, [s.name for s, _ in runs])  # every report folder, before any case runs
+    made += make_report_dirs(args.out, [s.name for s, _ in runs])  # every report folder, before any case runs
     source = CaseSource(not args.no_captures, not args.no_tile_edges, args.captures, args.model)
     cases_of = RunCases(source, args.device, progress=None if args.quiet else print)
     con, err = make_console(), make_console(stderr=True)
@@ -232,8 +243,10 @@ def run(args: argparse.Namespace) -> int:
                 raise CaptureError(cli_capture_message(e)) from None
             except SuiteInterrupted as stop:  # write what finished, then stop (exit 130)
                 jp, mp = _write(stop.result, report_root(args.out, spec.name))
+                r = stop.result
+                so_far = r.overall.get("summary") if r.verdict == Verdict.FAIL else "no failure yet (not a PASS)"
                 err.print(
-                    f"{spec.name}: {stop.result.partial['note']}\nreport: {jp}\nreport: {mp}",
+                    f"{spec.name}: {r.partial['note']}\n{spec.name}: so far: {so_far}\nreport: {jp}\nreport: {mp}",
                     markup=False,
                     soft_wrap=True,
                 )

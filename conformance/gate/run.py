@@ -357,7 +357,7 @@ class GateSession:
             cases, cap = RunCases(source, opts.device).for_kernel(self.cand_spec, injection_of(self.cand_spec))
             cases, left_out = afforded_cases(self.cand_spec, opts.device, cases)  # as `check` runs them
             if left_out:
-                self.say(f"{len(left_out)} covering cases not afforded on the CPU left out, as `int8conf check` does")
+                self.say(f"{len(left_out)} large cases not afforded on the CPU left out, as `int8conf check` does")
             cap_d = {"available": cap.available, "note": cap.note, "source": cap.source}
         else:
             cases = list(cases)

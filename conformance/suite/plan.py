@@ -48,6 +48,7 @@ from conformance.cases.cache import cached_cases
 from conformance.cases.covering import CPU_MACS as COVERING_CPU_MACS
 from conformance.cases.fp8 import fp8_capture_cases, fp8_family_cases, paper_layer_family
 from conformance.cases.reach import attach_reach
+from conformance.cases.regimes import CPU_OUTPUTS
 from conformance.checks.batch_invariance import check_batch_invariance
 from conformance.checks.compile import check_compile
 from conformance.checks.fp8_accumulator import check_fp8_accumulator
@@ -456,12 +457,22 @@ class Contained(Protocol):
 
 def afforded_cases(spec, device: Optional[str], cases: list) -> tuple[list, list]:
     """``(kept, left out)`` of ``cases`` for ``spec`` on ``device``: where the kernel does not run on CUDA, the cases
-    marked ``native_only`` (``conformance.cases.covering.CPU_MACS``) are left out; every front door (check, the
+    marked ``native_only`` (``conformance.cases.covering.CPU_MACS``, ``conformance.cases.regimes.CPU_OUTPUTS``) are
+    left out; every front door (check, the
     plugin, the gate) runs the kept ones, so a stored check report and a gate run hold the same case set."""
     if cuda_device(spec, device) is not None:
         return list(cases), []
     native = [bool((c.meta or {}).get("native_only")) for c in cases]
     return [c for c, n in zip(cases, native) if not n], [c for c, n in zip(cases, native) if n]
+
+
+def native_regime(case) -> str:
+    """The regime a ``native_only`` case stands for: a covering row's ``M <m> / N <n> / K <k>`` regimes, else its
+    output size ``M*N <m*n> (<M> x <N>)``."""
+    attrs = (case.meta or {}).get("attributes")
+    if attrs:
+        return "M {m} / N {n} / K {k}".format(**attrs)
+    return f"M*N {case.m * case.n} ({case.m} x {case.n})"
 
 
 @dataclass(eq=False)  # compared by identity (the plugin looks its kernels up)
@@ -500,10 +511,11 @@ class SuiteState:
         """One note naming the regimes of the cases left out on the CPU (none when every case ran)."""
         if not self.not_afforded:
             return []
-        regimes = sorted({"M {m} / N {n} / K {k}".format(**c.meta["attributes"]) for c in self.not_afforded})
+        regimes = sorted({native_regime(c) for c in self.not_afforded})
         return [
-            f"{len(self.not_afforded)} covering cases not afforded on the CPU (M*K*N > {COVERING_CPU_MACS}; they run "
-            f"where the kernel runs natively, a GPU): regimes {'; '.join(regimes)}"
+            f"{len(self.not_afforded)} large cases not afforded on the CPU (covering rows past M*K*N {COVERING_CPU_MACS}, "
+            f"outputs past M*N {CPU_OUTPUTS}; they run where the kernel runs natively, a GPU): regimes "
+            f"{'; '.join(regimes)}"
         ]
 
     def warm_up(self, say: Callable[[str], None] = lambda s: None, examples: int = 0) -> Optional[dict]:

@@ -354,6 +354,14 @@ def _values_text(values: list) -> str:
     return ", ".join(str(v) for v in values) if values else "-"
 
 
+def _probed(b: dict) -> str:
+    """A boundary without a passing value: the values it probed, and whether its calls ran out before value 1 (a
+    failure that holds at every probe may still switch off below them)."""
+    vals = [int(v) for v, _ in b.get("points") or []] or [int(b["fails_at"])]
+    out = f"{min(vals)} to {max(vals)}"
+    return out + ("; its calls ran out before 1" if min(vals) > 1 and b.get("form_floor") is None else "")
+
+
 def _boundary_row(dim: str, b: dict) -> tuple:
     """One row of the "Where the bug lives" table: attribute, passes at, fails at, calls."""
     if not b.get("monotone", True):
@@ -370,7 +378,7 @@ def _boundary_row(dim: str, b: dict) -> tuple:
         return (
             dim.upper(),
             f"none found in {b.get('calls')} calls{held}",
-            f"{b['fails_at']} and every probe",
+            f"{b['fails_at']} and every probe ({_probed(b)})",
             b.get("calls"),
         )
     near = "" if b.get("exact") else " (bisection not finished)"
@@ -407,7 +415,7 @@ def _flip_text(f: dict) -> str:
 
 def triage_summary(triage: dict) -> list[str]:
     """One line per triaged check of ``triage`` (``ConformanceResult.triage``), for the terminal: each dimension's
-    passing and failing values (``not monotone``, or ``fails at every probe``), a verified M*N*K boundary, the flips
+    passing and failing values (``not monotone``, or ``fails at every probe``), a verified product (M*N*K, M*N, ...), the flips
     that pass, the minimal shape."""
     out = []
     for cid, t in (triage or {}).items():
@@ -426,7 +434,11 @@ def triage_summary(triage: dict) -> list[str]:
                 floor = b.get("form_floor")
                 parts.append(
                     f"{dim.upper()} fails at every probe"
-                    + ("" if floor is None else f" down to {b['fails_at']} (its layout cannot be held at {floor})")
+                    + (
+                        f" ({_probed(b)})"
+                        if floor is None
+                        else f" down to {b['fails_at']} (its layout cannot be held at {floor})"
+                    )
                 )
             else:
                 blind = " (values-limited)" if b.get("blind") else ""
@@ -435,7 +447,7 @@ def triage_summary(triage: dict) -> list[str]:
                 parts.append(f"{dim.upper()} passes at {b['passes_at']}{blind}, fails at {fails}")
         pr = t.get("product") or {}
         if pr.get("verified"):
-            parts.append(f"M*N*K passes at {pr['passes_at']}, fails at {pr['fails_at']}")
+            parts.append(f"{pr.get('attribute', 'M*N*K')} passes at {pr['passes_at']}, fails at {pr['fails_at']}")
         passing = [_flip_text(f) for f in t.get("flips") or [] if not f["fails"]]
         if passing:
             parts.append("passes with " + ", ".join(passing))
@@ -443,6 +455,9 @@ def triage_summary(triage: dict) -> list[str]:
         if mn.get("shape"):
             shape = ",".join(map(str, mn["shape"]))
             parts.append(f"minimal M,K,N {shape}" if mn.get("fails") else f"no smaller failing shape than {shape}")
+            broke = mn.get("call_failure")
+            if broke:
+                parts[-1] += f" (there the call itself fails, {broke['check']}: {broke['line']})"
         fc = mn.get("fault_classes") or {}
         if fc:
             parts.append("consistent with " + ", ".join(fc))
@@ -453,7 +468,7 @@ def triage_summary(triage: dict) -> list[str]:
 def triage_lines(doc: dict) -> list[str]:
     """The "Where the bug lives" section of a report document's ``triage`` (``ConformanceResult.triage``; none
     without it): per triaged check the case it started from, a table attribute | passes at | fails at (the probed
-    points when not monotone; an M*N*K row where ``product`` is verified, else its note), the categorical flips that
+    points when not monotone; a product row (M*N*K, M*N, ...) where ``product`` is verified, else its note), the categorical flips that
     make it pass, the minimal failing shape and its non-zero counts, and the replay command of its reproducer."""
     tri = doc.get("triage") or {}
     if not tri:
@@ -495,13 +510,13 @@ def triage_lines(doc: dict) -> list[str]:
             ]
         pr = t.get("product") or {}
         if pr.get("verified"):
-            rows.append(("M*N*K", str(pr["passes_at"]), str(pr["fails_at"]), pr.get("calls")))
+            rows.append((pr.get("attribute", "M*N*K"), str(pr["passes_at"]), str(pr["fails_at"]), pr.get("calls")))
         lines += [_table(rows, ["attribute", "passes at", "fails at", "calls"]), ""]
         if pr.get("verified"):
             at = "; ".join(f"M,K,N {q[0]},{q[1]},{q[2]} {'fails' if q[3] else 'passes'}" for q in pr["probes"])
-            lines.append(f"M*N*K decides, verified at another aspect ratio ({at}).")
+            lines.append(f"{pr.get('attribute', 'M*N*K')} decides, verified at another aspect ratio ({at}).")
         elif pr.get("note"):
-            lines.append(f"M*N*K: {pr['note']}.")
+            lines.append(f"Products of M, N, K: {pr['note']}.")
         fl = t.get("flips") or []
         passing = [_flip_text(f) for f in fl if not f["fails"]]
         if passing:
@@ -518,6 +533,13 @@ def triage_lines(doc: dict) -> list[str]:
         if mn:
             ok = "verified failing" if mn.get("fails") else "no smaller failing shape found; the case itself"
             lines.append(f"Minimal failing shape: M,K,N {_mkn(mn.get('shape'))} ({ok}).")
+            broke = mn.get("call_failure")
+            if broke:
+                lines.append(
+                    f"There the call itself fails ({broke['check']}: {broke['line']}): the search counts a probe whose "
+                    f"call fails as failing, so the shapes above may be that failure's, not {cid}'s alone; the "
+                    f"reproducer replays {broke['check']}."
+                )
             fc = mn.get("fault_classes") or {}
             if fc:
                 lines.append(

@@ -13,9 +13,10 @@ reported as its period (``Boundary.period``; checked before bisecting and at the
 for a kernel's failure; at most ``budget`` values probed per dimension (a passing value is retried re-planted, up to
 three calls).
 
-The product M * N * K (:func:`search_product`): where all three are monotone boundaries with larger values failing
-and every probed passing product lies below every failing one, two calls at another aspect ratio (one dimension
-doubled, another derived) test it on both sides; else the dimensions act separately.
+A product (:func:`search_product`: M * N * K, else M * N, the output size a persistent schedule counts in tiles,
+M * K or N * K): where its factors are monotone boundaries with larger values failing and every probed passing
+product lies below every failing one, two calls at another aspect ratio (one dimension doubled, another derived)
+test it on both sides; else the dimensions act separately.
 """
 
 from __future__ import annotations
@@ -51,6 +52,8 @@ VALUE_FLIPS = ("magnitude:",)
 DIMENSIONS = ("m", "n", "k")
 #: Kernel calls of the product's verification (one each side).
 PRODUCT_CALLS = 2
+#: The products tried, in order (M*N: the number of output tiles, as a persistent schedule counts them).
+PRODUCTS = (("m", "n", "k"), ("m", "n"), ("m", "k"), ("n", "k"))
 #: (derived, doubled) dimension pairs a product is verified with, in order (K last: cropping K changes values).
 PRODUCT_PAIRS = (("m", "n"), ("n", "m"), ("m", "k"), ("n", "k"), ("k", "m"), ("k", "n"))
 
@@ -115,10 +118,11 @@ class Flip:
 
 @dataclass(frozen=True)
 class ProductBoundary:
-    """M * N * K as one attribute. ``passes_at`` / ``fails_at``: the largest passing and smallest failing product
-    probed (None where a passing product is not below every failing one, or a dimension has no monotone boundary
-    with larger values failing); ``verified``: both calls at another aspect ratio (``probes``: ``(M, K, N,
-    fails)``) agreed with the product; ``note``: why it is not a product boundary (empty when verified)."""
+    """A product of dimensions (``dims``: M*N*K, M*N, ...) as one attribute. ``passes_at`` / ``fails_at``: the
+    largest passing and smallest failing product probed (None where no product's passing values lie below its
+    failing ones, or too few dimensions have a monotone boundary with larger values failing); ``verified``: both
+    calls at another aspect ratio (``probes``: ``(M, K, N, fails)``) agreed with the product; ``note``: why it is
+    not a product boundary (empty when verified)."""
 
     passes_at: Optional[int]
     fails_at: Optional[int]
@@ -126,10 +130,17 @@ class ProductBoundary:
     calls: int
     probes: tuple = ()
     note: str = ""
+    dims: tuple = DIMENSIONS
+
+    @property
+    def label(self) -> str:
+        """``M*N*K``, ``M*N``, ... (the report's attribute)."""
+        return "*".join(d.upper() for d in self.dims)
 
     def to_dict(self) -> dict:
-        """JSON-able form."""
+        """JSON-able form; ``attribute``: :attr:`label`."""
         return {
+            "attribute": self.label,
             "passes_at": self.passes_at,
             "fails_at": self.fails_at,
             "verified": self.verified,
@@ -565,14 +576,37 @@ def find_boundaries(
     return out
 
 
-def _products(ops: GemmOperands, boundaries: dict) -> tuple[list, list]:
-    """``(passing, failing)``: ``(M * N * K, (M, K, N))`` of every probe of ``boundaries`` (others at the case's)."""
+def _products(ops: GemmOperands, boundaries: dict, dims: tuple) -> tuple[list, list]:
+    """``(passing, failing)``: ``(product of dims, (M, K, N))`` of every probe of the ``dims``' boundaries (others at
+    the case's)."""
     passing, failing = [], []
-    for d, b in boundaries.items():
-        for v, f in b.points:
+    for d in dims:
+        for v, f in boundaries[d].points:
             size = {"m": ops.m, "n": ops.n, "k": ops.k, d: int(v)}
-            (failing if f else passing).append((size["m"] * size["n"] * size["k"], (size["m"], size["k"], size["n"])))
+            prod = _prod(size[x] for x in dims)
+            (failing if f else passing).append((prod, (size["m"], size["k"], size["n"])))
     return passing, failing
+
+
+def _prod(values) -> int:
+    out = 1
+    for v in values:
+        out *= int(v)
+    return out
+
+
+def _gating(b: Boundary) -> Optional[str]:
+    """Why ``b`` cannot be a factor of a product boundary (None: it can: monotone, larger values failing, a
+    passing value found)."""
+    return (
+        "not monotone"
+        if not b.monotone
+        else "no passing value"
+        if b.passes_at is None
+        else None
+        if (b.fails_above)
+        else "fails below"
+    )
 
 
 def search_product(
@@ -584,38 +618,46 @@ def search_product(
     device: Optional[str] = None,
     max_macs: int = DEFAULT_MAX_MACS,
 ) -> ProductBoundary:
-    """Whether M * N * K decides the failure of ``ops`` (module docstring). ``boundaries``: a monotone
-    :class:`Boundary` per M, N, K. If every passing product probed (P the largest) lies below every failing one (F
-    the smallest), for the first pair (x, y) of :data:`PRODUCT_PAIRS` that fits (x >= 1, 2 y <= ``cap``): y
-    doubled, x = P // (2 y z) must pass and x = ceil(F / (2 y z)) must fail (a gate on one dimension alone
+    """Whether a product of dimensions (M*N*K, else M*N, M*K or N*K: :data:`PRODUCTS`) decides the failure of
+    ``ops`` (module docstring). ``boundaries``: a :class:`Boundary` per M, N, K. The first product whose factors
+    are each monotone with larger values failing and a passing value found, and whose probes (its factors' only)
+    put every passing product (P the largest) below every failing one (F the smallest), is verified: for the first
+    pair (x, y) of its factors (:data:`PRODUCT_PAIRS`) that fits (x >= 1, 2 y <= ``cap``), y doubled, x = P // (2 y
+    z) must pass and x = ceil(F / (2 y z)) must fail (z: its other factor, if any; a gate on one dimension alone
     contradicts one of the two). At most :data:`PRODUCT_CALLS` kernel calls; never raises for a kernel's failure."""
-    for d in DIMENSIONS:
-        b = boundaries[d]
-        if not b.monotone or b.passes_at is None or not b.fails_above:
-            why = "not monotone" if not b.monotone else "no passing value" if b.passes_at is None else "fails below"
-            return ProductBoundary(None, None, False, 0, (), f"the dimensions act separately ({d.upper()}: {why})")
-    passing, failing = _products(ops, boundaries)
-    (p, p_at), (f, f_at) = max(passing), min(failing)
-    if p >= f:
-        why = f"M*N*K {p} passes at M,K,N {','.join(map(str, p_at))}, {f} fails at {','.join(map(str, f_at))}"
-        return ProductBoundary(None, None, False, 0, (), f"the dimensions act separately ({why})")
+    why = {d: _gating(boundaries[d]) for d in DIMENSIONS}
     size = {"m": ops.m, "n": ops.n, "k": ops.k}
-    for x, y in PRODUCT_PAIRS:
-        (z,) = (d for d in DIMENSIONS if d not in (x, y))
-        y2 = 2 * size[y]
-        rest = y2 * size[z]
-        lo, hi = p // rest, -(-f // rest)
-        if lo < 1 or y2 > cap or hi * rest > max(max_macs, 2 * f):
+    notes = []
+    for dims in PRODUCTS:
+        label = "*".join(d.upper() for d in dims)
+        bad = next((d for d in dims if why[d] is not None), None)
+        if bad is not None:
+            notes += [] if f"{bad.upper()}: {why[bad]}" in notes else [f"{bad.upper()}: {why[bad]}"]
             continue
-        probes = []
-        for v in (lo, hi):
-            at = {z: size[z], y: y2, x: v}
-            verdict = fails(spec, at_shape(ops, m=at["m"], n=at["n"], k=at["k"]), check_id, device)
-            probes.append((at["m"], at["k"], at["n"], verdict))
-        ok = not probes[0][3] and probes[1][3]
-        if not ok:
-            shape = ", ".join(f"{'fails' if q[3] else 'passes'} at M,K,N {q[0]},{q[1]},{q[2]}" for q in probes)
-            note = f"the dimensions act separately (at another aspect ratio M*N*K does not decide: {shape})"
-            return ProductBoundary(p, f, False, len(probes), tuple(probes), note)
-        return ProductBoundary(max(p, lo * rest), min(f, hi * rest), True, len(probes), tuple(probes))
-    return ProductBoundary(p, f, False, 0, (), "not verified: no other aspect ratio within the cap")
+        passing, failing = _products(ops, boundaries, dims)
+        (p, p_at), (f, f_at) = max(passing), min(failing)
+        if p >= f:
+            at = lambda q: ",".join(map(str, q))  # noqa: E731
+            notes.append(f"{label} {p} passes at M,K,N {at(p_at)}, {f} fails at {at(f_at)}")
+            continue
+        free = _prod(size[d] for d in DIMENSIONS if d not in dims)  # the dimensions the product leaves out
+        for x, y in PRODUCT_PAIRS:
+            if x not in dims or y not in dims:
+                continue
+            y2 = 2 * size[y]
+            rest = y2 * _prod(size[z] for z in dims if z not in (x, y))
+            lo, hi = p // rest, -(-f // rest)
+            if lo < 1 or y2 > cap or hi * rest * free > max(max_macs, 2 * f * free):
+                continue
+            probes = []
+            for v in (lo, hi):
+                at = dict(size, **{y: y2, x: v})
+                verdict = fails(spec, at_shape(ops, m=at["m"], n=at["n"], k=at["k"]), check_id, device)
+                probes.append((at["m"], at["k"], at["n"], verdict))
+            if probes[0][3] or not probes[1][3]:
+                shape = ", ".join(f"{'fails' if q[3] else 'passes'} at M,K,N {q[0]},{q[1]},{q[2]}" for q in probes)
+                note = f"the dimensions act separately (at another aspect ratio {label} does not decide: {shape})"
+                return ProductBoundary(p, f, False, len(probes), tuple(probes), note, dims)
+            return ProductBoundary(max(p, lo * rest), min(f, hi * rest), True, len(probes), tuple(probes), "", dims)
+        return ProductBoundary(p, f, False, 0, (), "not verified: no other aspect ratio within the cap", dims)
+    return ProductBoundary(None, None, False, 0, (), f"the dimensions act separately ({'; '.join(notes[:2])})")

@@ -25,6 +25,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from conformance.cases import by_case_id, case_id
 from conformance.checks.result import CALL_ID, INTERFACE_ID, Verdict
+from conformance.kernels.runner import run_kernel
 from conformance.runtime.forking import Forked, start_method
 from conformance.runtime.pool import CRASHED, OK, TIMED_OUT, IsolatedKernel, Outcome, Served
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
@@ -191,18 +192,38 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
     rec["minimal"] = {"shape": mc.shape, "fails": mc.fails, "calls": mc.calls}
     rec["minimal"]["nonzero"] = {k: list(v) for k, v in mc.nonzero.items()}
     rec["budget"], rec["calls"] = budget, 2 + search.calls + mc.calls
-    if mc.fails and cid not in CALL_CHECKS:  # a call that gave no output is no fault class's
-        tell("the minimal case's fault classes", mc.ops, search)
-        rec["minimal"]["fault_classes"] = fault_classes(spec, mc.ops, device)
+    judged = cid  # the check the reproducer replays: the call's own where the call fails at the minimal case
+    if mc.fails and cid not in CALL_CHECKS:
+        tell("the minimal case's call", mc.ops, search)
+        broke = call_failure(spec, mc.ops, device)
         rec["calls"] += 1
+        if broke is not None:  # a probe whose call fails counts as failing: say that it is the call's failure there
+            judged = broke[0]
+            rec["minimal"]["call_failure"] = {"check": broke[0], "line": broke[1]}
+        else:  # a call that gave no output is no fault class's
+            tell("the minimal case's fault classes", mc.ops, search)
+            rec["minimal"]["fault_classes"] = fault_classes(spec, mc.ops, device)
+            rec["calls"] += 1
     if arg.repro_dir is not None:  # no smaller failing shape found: the case itself is the reproducer
         name = f"{REPRO_PREFIX}-{cid}-{reproducer_dirname(case)}"
-        error = f"{cid} fails on the minimal case of {case}" if mc.fails else f"{cid} fails on case {case}"
-        what = {"status": "fail", "check": cid, "error": error}
+        error = f"{judged} fails on the minimal case of {case}" if mc.fails else f"{cid} fails on case {case}"
+        what = {"status": "fail", "check": judged, "error": error}
         rd = save_reproducer(Path(arg.repro_dir) / name, mc.ops if mc.fails else ops, arg.ref, case_id(mc.ops), what)
-        rec["repro"], rec["replay"] = str(rd), replay_command(rd, arg.ref, cid)
+        rec["repro"], rec["replay"] = str(rd), replay_command(rd, arg.ref, judged)
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
+
+
+def call_failure(spec, ops, device: Optional[str] = None) -> Optional[tuple[str, str]]:
+    """``(check id, line)`` when the kernel's call itself fails on ``ops`` (one call): ``CALL`` (it raised or gave
+    no output) or ``IF`` (it broke the interface: a wrong shape, dtype or an operand written); None when it gave a
+    valid output."""
+    run = run_kernel(spec, ops, device=device)
+    if run.interface:
+        return INTERFACE_ID, run.interface
+    if run.output is None or run.raised is not None:
+        return CALL_ID, run.raised or run.error or "no output"
+    return None
 
 
 def _search_fields(search: BoundarySearch) -> dict:

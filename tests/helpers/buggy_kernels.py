@@ -541,6 +541,13 @@ def ignores_lda(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     return _cutlass_out(exact_acc32(_dense_view(a), b), scale_a, scale_b, out_dtype, bias)
 
 
+@declare(contract="cutlass", int_mm=exact_acc32, name="returns_transposed")
+def returns_transposed(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+    """Bug: returns C^T as a [N, M] tensor (a kernel computing B A^T that forgets to transpose back): square cases
+    fail on values, the others break the interface (the output's shape)."""
+    return _cutlass_out(exact_acc32(a, b), scale_a, scale_b, out_dtype, bias).t().contiguous()
+
+
 @declare(contract="cutlass", int_mm=exact_acc32, name="column_major_output")
 def column_major_output(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
     """Bug: right values in a column-major [M, N] output (strides (1, M)), as
@@ -848,6 +855,23 @@ splitk_order_past_mnk_2_20 = _switched(
     "splitk_order_past_mnk_2_20",
     lambda a, b, dt, bias: a.shape[0] * a.shape[1] * b.shape[0] > SPLITK_MACS,
     doc="Bug: past M*N*K = 2^20 a heuristic picks split-K, whose reduce epilogue multiplies by s_a first.",
+)
+#: output elements M * N from which :func:`persistent_past_mn_2_22` takes its persistent schedule
+PERSISTENT_OUTPUTS = 2**22
+persistent_past_mn_2_22 = _switched(
+    "persistent_past_mn_2_22",
+    lambda a, b, dt, bias: a.shape[0] * b.shape[0] >= PERSISTENT_OUTPUTS,
+    order="fused",
+    doc="Bug: outputs of 2^22 elements or more (past a wave of output tiles) take a persistent schedule whose "
+    "epilogue fuses the scales (a 2048-token prefill into a 2048-wide layer).",
+)
+#: output elements M * N past which :func:`tiles_past_mn_2_11` takes its other tile configuration (triage's product)
+TILED_OUTPUTS = 2**11
+tiles_past_mn_2_11 = _switched(
+    "tiles_past_mn_2_11",
+    lambda a, b, dt, bias: a.shape[0] * b.shape[0] > TILED_OUTPUTS,
+    doc="Bug: past M*N = 2^11 output elements a heuristic picks another tile configuration, which multiplies by "
+    "s_a first (whatever K).",
 )
 order_for_transposed_b = _switched(
     "order_for_transposed_b",

@@ -170,3 +170,17 @@ def test_check_empty_out_rejected(capfd, tmp_path, monkeypatch, out_arg):
     assert rc == 2
     assert err.strip().splitlines() == [f"int8conf: error: --out {out_arg!r} is empty: give a reports directory"]
     assert list(tmp_path.iterdir()) == []  # nothing written into the cwd
+
+
+def test_check_refused_for_a_corrupt_model_leaves_no_empty_report_folder(capfd, tmp_path):
+    """The model directory is read after the report folders are made (new-user trial 14: an empty
+    ``int8conf-reports/check/cpu/`` stayed behind); an existing report folder is kept."""
+    (tmp_path / "m").mkdir()
+    (tmp_path / "m" / "config.json").write_text("{")
+    out = tmp_path / "reports"
+    rc, _, err = _int8conf(capfd, "check", "--kernel", "cpu", "--model", tmp_path / "m", "--out", out)
+    assert rc == 2 and err.strip().splitlines()[-1].endswith("config.json: not valid JSON (JSONDecodeError)")
+    assert not out.exists()
+    (out / "cpu").mkdir(parents=True)
+    rc, _, _ = _int8conf(capfd, "check", "--kernel", "cpu", "--model", tmp_path / "m", "--out", out)
+    assert rc == 2 and (out / "cpu").is_dir()

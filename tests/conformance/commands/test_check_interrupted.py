@@ -77,6 +77,7 @@ def test_check_cli_sigterm_writes_the_partial_report_and_exits_130(tmp_path):
         rep["notes"][0],
     )
     assert "int8conf: interrupted" in out and "report: " in out
+    assert "stopper: so far: no failure yet (not a PASS)" in out  # it read like a pass (new-user trial 14)
 
 
 def test_a_stop_whose_raise_was_discarded_is_raised_at_the_next_case():

@@ -13,7 +13,7 @@ import json
 
 import pytest
 import torch
-from buggy_kernels import SPLITK_MACS, emulate, exact_acc32
+from buggy_kernels import SPLITK_MACS, TILED_OUTPUTS, emulate, exact_acc32
 
 from conformance.cases.common import generator
 from conformance.cases.large_shapes import prefill_case, wide_n_case
@@ -93,6 +93,36 @@ def test_splitk_order_past_mnk_2_20_has_a_product_boundary():
     assert s.calls == 1 + sum(b.calls for b in s.boundaries.values()) + 2  # the differing lines, the product
     d = json.loads(json.dumps(s.to_dict()))["product"]
     assert d["verified"] and d["probes"][1] == [29, 768, 48, True] and d["note"] == ""
+
+
+def test_tiles_past_mn_2_11_has_an_output_size_product_boundary():
+    # M * N > 2^11 at M,K,N 129,768,24 whatever K: M 85/86 (85 * 24 = 2040, 86 * 24 = 2064), N 15/16 (129 * 15 =
+    # 1935, 129 * 16 = 2064); cropping K below 18 loses the planted ties (values-limited), so M*N*K's probes
+    # disagree and M*N is the product verified, at N = 48: M 42 (2016) passes, M 43 (2064) fails
+    spec, ops = _kernel("tiles_past_mn_2_11"), prefill_case(129, BF)
+    s = find_boundaries(spec, ops, "C8", categorical=False)
+    assert [_pair(s.boundaries[d]) for d in "mn"] == [(85, 86, True), (15, 16, True)]
+    assert s.boundaries["k"].blind and s.boundaries["k"].fails_at == 18
+    p = s.product
+    assert (p.passes_at, p.fails_at, p.verified, p.calls, p.label) == (2040, 2064, True, 2, "M*N")
+    assert p.passes_at <= TILED_OUTPUTS < p.fails_at
+    assert p.probes == ((42, 768, 48, False), (43, 768, 48, True))
+    d = json.loads(json.dumps(s.to_dict()))
+    line = triage_summary(
+        {"C8": {"case": "x", "shape": d["shape"], "boundaries": d["boundaries"], "product": d["product"]}}
+    )[0]
+    assert line.endswith("K passes at 17 (values-limited), fails at 18; M*N passes at 2040, fails at 2064"), line
+
+
+def test_a_dimension_failing_at_every_probe_names_the_values_probed_and_a_budget_stop():
+    # the helper's bias-folding triage read "N fails at every probe" after 4 calls that stopped at 512
+    stopped = {"passes_at": None, "fails_at": 512, "monotone": True, "calls": 4, "points": [[512, True], [2049, True]]}
+    floor = dict(stopped, points=[[1, True], [64, True], [8192, True]])
+    rec = {"case": "x", "shape": [3, 32, 2049], "boundaries": {"n": stopped, "k": floor}}
+    line = triage_summary({"C5": rec})[0]
+    assert (
+        "N fails at every probe (512 to 2049; its calls ran out before 1); K fails at every probe (1 to 8192)" in line
+    )
 
 
 def test_order_past_m_4096_fails_past_m_4096():
@@ -310,7 +340,7 @@ def test_report_renders_the_product_the_nonzero_counts_and_a_flips_own_value():
     line = triage_summary({"C8": rec})[0]
     assert "M*N*K passes at 1046448, fails at 1049544" in line and "magnitude:scale_a subnormal -> typical" in line
     rec["product"] = {"verified": False, "note": "the dimensions act separately (N: no passing value)"}
-    assert "M*N*K: the dimensions act separately (N: no passing value)." in "\n".join(triage_lines(doc))
+    assert "Products of M, N, K: the dimensions act separately (N: no passing value)." in "\n".join(triage_lines(doc))
 
 
 @pytest.mark.parametrize(("kernel", "period"), [("k_padded_with_ones", 16), ("k_tail_dropped", 32)])
