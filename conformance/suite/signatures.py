@@ -408,7 +408,8 @@ class ClassRank:
             )
         else:
             how = SIGNATURES[self.fault][1]
-        partly = "partly " if 2 * self.cases <= n_failing else ""  # not the explanation of most failing cases
+        # not the explanation of most failing cases, or its emulation leaves some differing element unexplained
+        partly = "partly " if 2 * self.cases <= n_failing or self.explained < self.differ else ""
         return (
             f"{partly}consistent with {self.fault} {name}: {how} (score {self.score:.2f}; {self.cases} of "
             f"{n_failing} cases failing {_either(failed)})"
@@ -469,7 +470,9 @@ def _dtype_label(text: str) -> str:
 def failing_pattern(cases: list, failing: list) -> Optional[str]:
     """``all failing cases: bf16 out, M >= 4095``: what every failing case shares and some passing case does not
     (out dtype, bias, scale mode, source, the layout of ``a`` and ``b``, a lower or upper bound on M, N, K); None
-    when every case failed or nothing sets the failing ones apart. ``cases``: every case that ran."""
+    when every case failed or nothing sets the failing ones apart. A bound is named where no passing case crosses
+    it, else where no passing case sharing the named attributes does, or those and one scale's form (a conjunction:
+    ``scale_a dense, M >= 65`` where per-tensor-scale cases pass at any M). ``cases``: every case that ran."""
     fail_ids = {id(c) for c in failing}
     rest = [c for c in cases if id(c) not in fail_ids]
     if not failing or not rest:
@@ -478,31 +481,45 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
     def layouts(c, k):
         return ((c.run_manifest or {}).get("extra") or {}).get("operand_layouts", {}).get(k)
 
-    attrs = (
-        ("out", lambda c: _dtype_label(c.out_dtype), "{} out"),
-        ("bias", lambda c: bool(c.bias), None),  # no format: "with bias" / "no bias"
-        ("scales", lambda c: _SCALE_MODE_LABELS.get(c.scale_mode, c.scale_mode), "{} scales"),
-        ("source", lambda c: c.source, "{} cases"),
-        ("a", lambda c: layouts(c, "a"), "a {}"),
-        ("b", lambda c: layouts(c, "b"), "b {}"),
-    )
-    parts = []
-    for _, get, fmt in attrs:
+    def common(get):
+        """The value every failing case has and some passing case has not, else None."""
         vals = {get(c) for c in failing}
-        if len(vals) != 1 or None in vals:
-            continue
-        (v,) = vals
-        if all(get(c) == v for c in rest):
-            continue
-        parts.append(("with bias" if v else "no bias") if fmt is None else fmt.format(v))
-    for i, dim in enumerate(("M", "K", "N")):
+        return None if len(vals) != 1 or None in vals or all(get(c) in vals for c in rest) else next(iter(vals))
+
+    attrs = (
+        (lambda c: _dtype_label(c.out_dtype), "{} out"),
+        (lambda c: bool(c.bias), None),  # no format: "with bias" / "no bias"
+        (lambda c: _SCALE_MODE_LABELS.get(c.scale_mode, c.scale_mode), "{} scales"),
+        (lambda c: c.source, "{} cases"),
+        (lambda c: layouts(c, "a"), "a {}"),
+        (lambda c: layouts(c, "b"), "b {}"),
+    )
+    forms = tuple((lambda c, k=k: layouts(c, k), k + " {}") for k in ("scale_a", "scale_b"))  # named with a bound
+    parts, shared = [], []
+    for get, fmt in attrs:
+        v = common(get)
+        if v is not None:
+            shared.append((get, v))
+            parts.append(("with bias" if v else "no bias") if fmt is None else fmt.format(v))
+
+    def bound(i: int, dim: str, pool: list) -> Optional[str]:
         lo, hi = min(c.shape[i] for c in failing), max(c.shape[i] for c in failing)
-        below = [c for c in rest if c.shape[i] < lo]
-        above = [c for c in rest if c.shape[i] > hi]
-        if below and not any(c.shape[i] >= lo for c in rest):
-            parts.append(f"{dim} >= {lo}")
-        elif above and not any(c.shape[i] <= hi for c in rest):
-            parts.append(f"{dim} <= {hi}")
+        if any(c.shape[i] < lo for c in pool) and not any(c.shape[i] >= lo for c in pool):
+            return f"{dim} >= {lo}"
+        if any(c.shape[i] > hi for c in pool) and not any(c.shape[i] <= hi for c in pool):
+            return f"{dim} <= {hi}"
+        return None
+
+    alike = [c for c in rest if all(get(c) == v for get, v in shared)]  # passing cases with the named attributes
+    for i, dim in enumerate(("M", "K", "N")):
+        found = bound(i, dim, rest) or bound(i, dim, alike)
+        for get, fmt in forms if found is None else ():
+            v = common(get)
+            found = None if v is None else bound(i, dim, [c for c in alike if get(c) == v])
+            if found is not None:
+                parts += [] if fmt.format(v) in parts else [fmt.format(v)]
+                break
+        parts += [found] if found else []
     if not parts:
         return None
     return "all failing cases: " + ", ".join(parts)
@@ -520,7 +537,8 @@ def signature_lines(result) -> list[str]:
     """A failing ConformanceResult's lines: the interface failures (not numeric); the cases failed only by the
     declaration (:func:`declaration_line`); the pattern the failing cases share (:func:`failing_pattern`); each
     consistent fault class, best explanation first (:func:`rank_classes`), with its score and case count ("partly
-    consistent" where it explains at most half of the failing cases);
+    consistent" where it explains at most half of the failing cases, or its emulation reproduces only some of the
+    differing elements);
     :func:`no_signature_line` when none is; empty when no case failed. Precondition-only failures and cases whose
     kernel call gave no output (it raised, its process crashed or hung: ``checks.result.CALL_ID``) do not count as
     failing: a signature explains numerics only."""

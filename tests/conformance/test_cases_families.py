@@ -111,10 +111,10 @@ def test_families_are_in_the_default_suite_and_deterministic(fams, monkeypatch):
         "layouts": 10,
         "large_shapes": 17,
         "dispatch": 36,
-        "regimes": 202,
+        "regimes": 204,
         "covering": 181,
     }
-    assert len({c.name for cs in fams.values() for c in cs}) == 697
+    assert len({c.name for cs in fams.values() for c in cs}) == 699
     again = family_cases(["partial_sums", "layouts"])
     assert [c.digests() for c in again] == [c.digests() for c in fams["partial_sums"] + fams["layouts"]]
     assert family_cases(["subnormal"], seed=1)[0].digests() != fams["subnormal"][0].digests()

@@ -41,3 +41,17 @@ def test_the_gate_and_check_leave_out_the_same_native_only_cases_on_the_cpu():
     cases = [case("a", False), case("big", True), case("b", False)]
     kept, out = afforded_cases(get_kernel("cpu"), "cpu", cases)
     assert [c.name for c in kept] == ["a", "b"] and [c.name for c in out] == ["big"]
+
+
+def test_the_cpu_note_names_each_native_only_case_by_its_regime():
+    """A covering row by its M / N / K regimes, the regimes family's large output by M*N (both left out on the CPU)."""
+    from conformance.cases.covering import covering_case, covering_rows
+    from conformance.cases.regimes import CPU_OUTPUTS, OUTPUTS, regime_case
+    from conformance.suite.plan import native_regime
+
+    m, k, n = OUTPUTS[-1]
+    big = regime_case("MN", m, k, n, 1)
+    assert big.meta["native_only"] and m * n > CPU_OUTPUTS
+    assert native_regime(big) == f"M*N {m * n} (4097 x 4096)"
+    row = next(i for i, r in enumerate(covering_rows()) if (r["m"], r["n"], r["k"]) == ("large", "wide", "deep"))
+    assert native_regime(covering_case(covering_rows()[row], row)) == "M large / N wide / K deep"
