@@ -513,9 +513,9 @@ class SuiteState:
             return []
         regimes = sorted({native_regime(c) for c in self.not_afforded})
         return [
-            f"{len(self.not_afforded)} large cases not afforded on the CPU (covering rows past M*K*N {COVERING_CPU_MACS}, "
-            f"outputs past M*N {CPU_OUTPUTS}; they run where the kernel runs natively, a GPU): regimes "
-            f"{'; '.join(regimes)}"
+            f"{len(self.not_afforded)} large cases not afforded on the CPU (covering rows past M*K*N "
+            f"{COVERING_CPU_MACS}, outputs past M*N {CPU_OUTPUTS}; they run where the kernel runs natively, a GPU): "
+            f"regimes {'; '.join(regimes)}"
         ]
 
     def warm_up(self, say: Callable[[str], None] = lambda s: None, examples: int = 0) -> Optional[dict]:

@@ -415,8 +415,8 @@ def _flip_text(f: dict) -> str:
 
 def triage_summary(triage: dict) -> list[str]:
     """One line per triaged check of ``triage`` (``ConformanceResult.triage``), for the terminal: each dimension's
-    passing and failing values (``not monotone``, or ``fails at every probe``), a verified product (M*N*K, M*N, ...), the flips
-    that pass, the minimal shape."""
+    passing and failing values (``not monotone``, or ``fails at every probe``), a verified product (M*N*K, M*N,
+    ...), the flips that pass, the minimal shape (and whether the call itself fails there)."""
     out = []
     for cid, t in (triage or {}).items():
         if t.get("skipped"):
@@ -468,8 +468,9 @@ def triage_summary(triage: dict) -> list[str]:
 def triage_lines(doc: dict) -> list[str]:
     """The "Where the bug lives" section of a report document's ``triage`` (``ConformanceResult.triage``; none
     without it): per triaged check the case it started from, a table attribute | passes at | fails at (the probed
-    points when not monotone; a product row (M*N*K, M*N, ...) where ``product`` is verified, else its note), the categorical flips that
-    make it pass, the minimal failing shape and its non-zero counts, and the replay command of its reproducer."""
+    points when not monotone; a product row (M*N*K, M*N, ...) where ``product`` is verified, else its note), the
+    categorical flips that make it pass, the minimal failing shape (whether the call itself fails there) and its
+    non-zero counts, and the replay command of its reproducer."""
     tri = doc.get("triage") or {}
     if not tri:
         return []

@@ -21,6 +21,7 @@ test it on both sides; else the dimensions act separately.
 
 from __future__ import annotations
 
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Callable, Optional
@@ -583,30 +584,19 @@ def _products(ops: GemmOperands, boundaries: dict, dims: tuple) -> tuple[list, l
     for d in dims:
         for v, f in boundaries[d].points:
             size = {"m": ops.m, "n": ops.n, "k": ops.k, d: int(v)}
-            prod = _prod(size[x] for x in dims)
+            prod = math.prod(size[x] for x in dims)
             (failing if f else passing).append((prod, (size["m"], size["k"], size["n"])))
     return passing, failing
-
-
-def _prod(values) -> int:
-    out = 1
-    for v in values:
-        out *= int(v)
-    return out
 
 
 def _gating(b: Boundary) -> Optional[str]:
     """Why ``b`` cannot be a factor of a product boundary (None: it can: monotone, larger values failing, a
     passing value found)."""
-    return (
-        "not monotone"
-        if not b.monotone
-        else "no passing value"
-        if b.passes_at is None
-        else None
-        if (b.fails_above)
-        else "fails below"
-    )
+    if not b.monotone:
+        return "not monotone"
+    if b.passes_at is None:
+        return "no passing value"
+    return None if b.fails_above else "fails below"
 
 
 def search_product(
@@ -640,12 +630,12 @@ def search_product(
             at = lambda q: ",".join(map(str, q))  # noqa: E731
             notes.append(f"{label} {p} passes at M,K,N {at(p_at)}, {f} fails at {at(f_at)}")
             continue
-        free = _prod(size[d] for d in DIMENSIONS if d not in dims)  # the dimensions the product leaves out
+        free = math.prod(size[d] for d in DIMENSIONS if d not in dims)  # the dimensions the product leaves out
         for x, y in PRODUCT_PAIRS:
             if x not in dims or y not in dims:
                 continue
             y2 = 2 * size[y]
-            rest = y2 * _prod(size[z] for z in dims if z not in (x, y))
+            rest = y2 * math.prod(size[z] for z in dims if z not in (x, y))
             lo, hi = p // rest, -(-f // rest)
             if lo < 1 or y2 > cap or hi * rest * free > max(max_macs, 2 * f * free):
                 continue

@@ -345,9 +345,10 @@ def triage_cases(
     isolate_calls: bool = False,
 ) -> dict:
     """:func:`triage_result`'s records for ``todo`` (``[(check id, case id)]``, :func:`first_failing`) of a run of
-    ``run_s`` seconds, its cases ``by_id`` (``conformance.cases.by_case_id``); ``case_s``: a case id's seconds in the run (absent: the search's timed call alone sets the
-    cost); ``isolate_calls``: the kernel's process died or hung in the run, so every search calls it in a child per probe
-    (:attr:`SearchArg.isolate_calls`). The searches share one :func:`isolated` child, replaced after a crash."""
+    ``run_s`` seconds, its cases ``by_id`` (``conformance.cases.by_case_id``); ``case_s``: a case id's seconds in
+    the run (absent: the search's timed call alone sets the cost); ``isolate_calls``: the kernel's process died or
+    hung in the run, so every search calls it in a child per probe (:attr:`SearchArg.isolate_calls`). The searches
+    share one :func:`isolated` child, replaced after a crash."""
     ref = kernel_ref(spec)
     out: dict[str, dict] = {}
     if not todo:
