@@ -86,6 +86,7 @@ def unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> lis
     if target is not None:
         known += [o for a in parser._actions for o in a.option_strings]
     known = list(dict.fromkeys(known))  # --help / -h are both the parser's and the command's
+    hidden = {o for a in scope._actions if a.help == argparse.SUPPRESS for o in a.option_strings}  # deprecated
     out = []
     seen_cmd = target is None
     for t in argv:
@@ -102,7 +103,11 @@ def unknown_options(parser: argparse.ArgumentParser, argv: Sequence[str]) -> lis
         near = difflib.get_close_matches(opt, known, n=2, cutoff=0.6)
         out.append(
             f"unknown option {opt}"
-            + (f" (did you mean {' or '.join(near)}?)" if near else f"; {cmd} takes: {', '.join(sorted(known))}")
+            + (
+                f" (did you mean {' or '.join(near)}?)"
+                if near
+                else f"; {cmd} takes: {', '.join(sorted(set(known) - hidden))}"
+            )
         )
     return out
 

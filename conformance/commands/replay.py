@@ -23,7 +23,8 @@ def register(subparsers) -> None:
         "replay",
         help="re-judge a saved reproducer: does its check still fail?",
         description="Re-judge a reproducer directory with the suite's checks, the kernel called in a child "
-        "process; exit 0 the named check passes, 1 it fails, 2 bad input, 3 the kernel crashed, hung or raised.",
+        "process; exit 0 the named check passes, 1 it fails, 2 bad input, 3 the kernel crashed, hung or raised "
+        "(with --check CALL, the call's own check: 1).",
     )
     p.add_argument("dir", metavar="DIR", help="a reproducer directory (operands.safetensors, case.json)")
     p.add_argument(

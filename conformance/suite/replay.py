@@ -122,7 +122,7 @@ def replay_lines(rp: Replay) -> list[str]:
     """One line per check, ``C8 declared_contract: fail - <summary>``: the kernel-call / interface failure first
     (when the kernel gave no valid output), then the named check, then the others in report order."""
     checks = rp.result.checks
-    first = [c for c in (CALL_ID, INTERFACE_ID, rp.check) if c is not None and c in checks]
+    first = [c for c in dict.fromkeys((CALL_ID, INTERFACE_ID, rp.check)) if c is not None and c in checks]
     return [_line(checks[c]) for c in first] + [_line(r) for c, r in checks.items() if c not in first]
 
 

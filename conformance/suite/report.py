@@ -354,6 +354,18 @@ def _values_text(values: list) -> str:
     return ", ".join(str(v) for v in values) if values else "-"
 
 
+def _alike(fault_classes: dict) -> str:
+    """`` (alike: ...)`` where two or more classes share the best score on a minimal case (its few differing
+    elements cannot tell them apart, and a bug outside the catalogue can fit them all), else ``""``."""
+    best = max(fault_classes.values())
+    top = [f for f, v in fault_classes.items() if v == best]
+    if len(top) < 2:
+        return ""
+    return (
+        f" ({' and '.join(top)} alike: the minimal case cannot tell them apart, nor from a bug outside the catalogue)"
+    )
+
+
 def _probed(b: dict) -> str:
     """A boundary without a passing value: the values it probed, and whether its calls ran out before value 1 (a
     failure that holds at every probe may still switch off below them)."""
@@ -460,7 +472,7 @@ def triage_summary(triage: dict) -> list[str]:
                 parts[-1] += f" (there the call itself fails, {broke['check']}: {broke['line']})"
         fc = mn.get("fault_classes") or {}
         if fc:
-            parts.append("consistent with " + ", ".join(fc))
+            parts.append("consistent with " + ", ".join(fc) + _alike(fc))
         out.append(f"where {cid} lives (case {t.get('case')}): " + "; ".join(parts))
     return out
 
@@ -544,7 +556,10 @@ def triage_lines(doc: dict) -> list[str]:
             fc = mn.get("fault_classes") or {}
             if fc:
                 lines.append(
-                    "Its evidence is consistent with: " + ", ".join(f"{f} (score {v:g})" for f, v in fc.items()) + "."
+                    "Its evidence is consistent with: "
+                    + ", ".join(f"{f} (score {v:g})" for f, v in fc.items())
+                    + _alike(fc)
+                    + "."
                 )
             nz = mn.get("nonzero") or {}
             if nz:

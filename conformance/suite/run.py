@@ -724,8 +724,25 @@ def _run_steps(
         skipped=state.skipped + (unreached if stopped else []),
     )
     if stopped:
+        res.overall = interrupted_overall(res.overall, stopped)
         raise SuiteInterrupted(res)
     return res
+
+
+def interrupted_overall(overall: dict, part: dict) -> dict:
+    """An interrupted run's ``overall`` (``part``: its ``partial_run`` record): ``cases_planned``, the run's fixed
+    cases (``cases_total`` counts those that ran); a verdict without a failure is no PASS: its headline and summary
+    say how far the run got (``verdict`` keeps the finished cases' value; ``partial`` qualifies it)."""
+    out = dict(overall, cases_planned=part["cases_total"])
+    if overall["verdict"] in (Verdict.FAIL, Verdict.NOT_RUN):
+        return out
+    ran, total = part["cases_ran"], part["cases_total"]
+    skipped = overall.get("reduced_suite") or []
+    out["headline"] = "INCOMPLETE (interrupted, not a PASS)" + (
+        f" on a reduced suite: {', '.join(skipped)} skipped" if skipped else ""
+    )
+    out["summary"] = f"not a verdict: interrupted after {ran} of {total} fixed cases; no check failed on what ran"
+    return out
 
 
 class SuiteInterrupted(KeyboardInterrupt):

@@ -467,10 +467,19 @@ def _dtype_label(text: str) -> str:
     return {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}.get(text, text)
 
 
+#: how the pattern names a case source (``CaseResult.source``)
+_SOURCE_LABELS = {
+    "family": "planted-family cases",
+    "capture": "captured-layer cases",
+    "tile_edges": "tile-edge cases",
+    "synthetic": "synthetic cases",
+}
+
+
 def failing_pattern(cases: list, failing: list) -> Optional[str]:
     """``all failing cases: bf16 out, M >= 4095``: what every failing case shares and some passing case does not
-    (out dtype, bias, scale mode, source, the layout of ``a`` and ``b``, a lower or upper bound on M, N, K); None
-    when every case failed or nothing sets the failing ones apart. A bound is named where no passing case crosses
+    (out dtype, bias, scale mode, source, the layout of ``a`` and ``b``, a per-tensor scale, a strided bias, a lower
+    or upper bound on M, N, K); None when every case failed or nothing sets the failing ones apart. A bound is named where no passing case crosses
     it, else where no passing case sharing the named attributes does, or those and one scale's form (a conjunction:
     ``scale_a dense, M >= 65`` where per-tensor-scale cases pass at any M). ``cases``: every case that ran."""
     fail_ids = {id(c) for c in failing}
@@ -486,13 +495,20 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
         vals = {get(c) for c in failing}
         return None if len(vals) != 1 or None in vals or all(get(c) in vals for c in rest) else next(iter(vals))
 
+    def unusual(k, usual):
+        """Operand ``k``'s layout where it is not one of ``usual`` (the default path), else None (not named)."""
+        return lambda c: None if layouts(c, k) in usual else layouts(c, k)
+
     attrs = (
         (lambda c: _dtype_label(c.out_dtype), "{} out"),
         (lambda c: bool(c.bias), None),  # no format: "with bias" / "no bias"
         (lambda c: _SCALE_MODE_LABELS.get(c.scale_mode, c.scale_mode), "{} scales"),
-        (lambda c: c.source, "{} cases"),
+        (lambda c: _SOURCE_LABELS.get(c.source, f"{c.source} cases"), "{}"),
         (lambda c: layouts(c, "a"), "a {}"),
         (lambda c: layouts(c, "b"), "b {}"),
+        (unusual("scale_a", ("dense", "strided")), "scale_a {}"),  # a per-tensor (scalar) scale: its own path
+        (unusual("scale_b", ("dense", "strided")), "scale_b {}"),
+        (unusual("bias", ("none", "dense", None)), "bias {}"),  # a strided or broadcast bias
     )
     forms = tuple((lambda c, k=k: layouts(c, k), k + " {}") for k in ("scale_a", "scale_b"))  # named with a bound
     parts, shared = [], []

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 import tempfile
 import time
 from dataclasses import dataclass
@@ -190,6 +191,8 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
     mc = minimal_case(spec, ops, cid, search.boundaries, device=device, zero_budget=zeros, lines=search.lines)
     rec: dict[str, Any] = {"case": case} | _search_fields(search)
     rec["minimal"] = {"shape": mc.shape, "fails": mc.fails, "calls": mc.calls}
+    if mc.fails:
+        rec["product"] = product_against_minimal(rec.get("product"), mc.shape)
     rec["minimal"]["nonzero"] = {k: list(v) for k, v in mc.nonzero.items()}
     rec["budget"], rec["calls"] = budget, 2 + search.calls + mc.calls
     judged = cid  # the check the reproducer replays: the call's own where the call fails at the minimal case
@@ -212,6 +215,24 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
         rec["repro"], rec["replay"] = str(rd), replay_command(rd, arg.ref, judged)
     rec["seconds"] = round(time.perf_counter() - t0, 3)
     return rec
+
+
+def product_against_minimal(product: Optional[dict], shape: list) -> Optional[dict]:
+    """A verified product record (``ProductBoundary.to_dict()``) unverified where the failing minimal case
+    (``shape`` [M, K, N]) has a product no larger than its largest passing one: two aspect ratios agreed with the
+    product, a third disagrees (a gate on the output's tile count, not on M*N, can do that)."""
+    if not product or not product.get("verified"):
+        return product
+    size = dict(zip("MKN", shape))
+    value = math.prod(size[d] for d in product.get("attribute", "M*N*K").split("*"))
+    if value > product["passes_at"]:
+        return product
+    at = ",".join(map(str, shape))
+    note = (
+        f"the dimensions act separately (the minimal case M,K,N {at} fails at {product['attribute']} {value}, "
+        f"below the {product['passes_at']} that passed)"
+    )
+    return dict(product, verified=False, note=note)
 
 
 def call_failure(spec, ops, device: Optional[str] = None) -> Optional[tuple[str, str]]:

@@ -131,11 +131,11 @@ def test_a_bound_that_holds_only_with_one_scale_form_is_named_with_that_form():
 
     import torch
 
-    def case(form: str, m: int):
-        lay = {"a": "dense", "b": "dense", "scale_a": form, "scale_b": "dense", "bias": "none"}
+    def case(form: str, m: int, scale_b: str = "dense", bias: str = "none"):
+        lay = {"a": "dense", "b": "dense", "scale_a": form, "scale_b": scale_b, "bias": bias}
         return types.SimpleNamespace(
             out_dtype=torch.bfloat16,
-            bias=False,
+            bias=bias != "none",
             scale_mode="real",
             source="family",
             shape=(m, 64, 32),
@@ -147,3 +147,6 @@ def test_a_bound_that_holds_only_with_one_scale_form_is_named_with_that_form():
     assert failing_pattern(passing + failing, failing) == "all failing cases: scale_a dense, M >= 100"
     passing.append(case("dense", 256))  # a dense case past the failing ones passes: no bound, no form named
     assert failing_pattern(passing + failing, failing) is None
+    # second trial of session 14: a per-tensor weight scale and a strided bias were never named
+    passing, failing = [case("dense", 8), case("dense", 8, bias="dense")], [case("dense", 8, "scalar", "strided")]
+    assert failing_pattern(passing + failing, failing) == "all failing cases: with bias, scale_b scalar, bias strided"

@@ -55,6 +55,11 @@ def test_run_conformance_interrupted_carries_the_finished_cases():
     assert m and int(m.group(1)) == done and int(m.group(2)) == 22, res.notes  # the synthetic set
     assert m.group(3) == STOP_CASE and STOP_CASE not in {c.case for c in res.cases}  # the case cut short is named
     assert all(c.verdict == "pass" for c in res.cases)
+    ov = res.overall  # no failure in what ran is no PASS (a new user read "Overall verdict: PASS" in the report)
+    assert (ov["cases_total"], ov["cases_planned"]) == (done, 22)
+    assert ov["headline"].startswith("INCOMPLETE (interrupted, not a PASS) on a reduced suite: ")
+    assert f", {22 - done} of 22 fixed cases not reached (interrupted), " in ov["headline"]
+    assert ov["summary"] == f"not a verdict: interrupted after {done} of 22 fixed cases; no check failed on what ran"
 
 
 @pytest.mark.slow
@@ -166,7 +171,7 @@ def test_a_partial_report_says_so_before_its_verdict(tmp_path):
     head = md.split("\n")[2]
     assert head.startswith("**PARTIAL RUN** (partial run: interrupted after "), head
     verdict = md.split("\n")[4]  # never a bare PASS
-    assert verdict.startswith("**Overall verdict: PASS on a reduced suite: ") and (
+    assert verdict.startswith("**Overall verdict: INCOMPLETE (interrupted, not a PASS) on a reduced suite: ") and (
         " skipped (PARTIAL RUN: only what finished)**" in verdict
     ), verdict
 

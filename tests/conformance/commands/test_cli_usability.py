@@ -30,6 +30,10 @@ def test_misspelled_option_is_named_not_a_missing_kernel(capsys):
     with pytest.raises(SystemExit):  # still: a missing --kernel is reported as such
         main(["check"])
     assert "--kernel" in capsys.readouterr().err
+    with pytest.raises(SystemExit):  # the list names what --help shows: no deprecated spelling (--no-sweep)
+        main(["check", "--kernel", "cpu", "--bogus-flag"])
+    takes = capsys.readouterr().err.strip().splitlines()[-1].split("check takes: ")[1].split(", ")
+    assert "--no-tile-edges" in takes and "--no-sweep" not in takes
 
 
 def test_misspelled_command_is_named_not_its_options(capsys):

@@ -86,7 +86,9 @@ def test_a_call_triage_reproducer_replays_its_raise_as_exit_1(tmp_path, capsys):
     ref = KernelRef("buggy_kernels:raises_past_m16")
     d = _repro(tmp_path / "call", at_shape(buggy_kernels.tie_case(), m=17), ref, "CALL")
     assert main(["replay", str(d)]) == 1
-    assert capsys.readouterr().out.splitlines()[-1] == "replay: CALL fails (exit 1)"
+    out = capsys.readouterr().out.splitlines()
+    assert out[-1] == "replay: CALL fails (exit 1)"
+    assert sum(line.startswith("CALL kernel_call: ") for line in out) == 1  # it was printed twice
     assert main(["replay", str(d), "--kernel", "buggy_kernels:good_cutlass"]) == 0
 
 

@@ -311,3 +311,30 @@ def test_a_minimal_case_where_the_call_itself_fails_says_so_and_replays_that_che
     assert "the reproducer replays IF." in text
     square = run.call_failure(spec, ops)  # a square case: the call gives a valid output (its values fail)
     assert square is None
+
+
+def test_a_product_the_failing_minimal_case_contradicts_is_not_reported_verified():
+    """Second new-user trial of session 14: a gate on the number of 64 x 64 output tiles (>= 8) read "M*N decides"
+    (two aspect ratios agreed) while its own minimal case, 449 x 2, fails at M*N = 898."""
+    product = {"attribute": "M*N", "passes_at": 2040, "fails_at": 2064, "verified": True, "calls": 2, "note": ""}
+    got = run.product_against_minimal(product, [449, 32, 2])
+    assert got["verified"] is False and got["passes_at"] == 2040
+    assert got["note"] == (
+        "the dimensions act separately (the minimal case M,K,N 449,32,2 fails at M*N 898, below the 2040 that passed)"
+    )
+    assert run.product_against_minimal(product, [86, 768, 24]) == product  # 2064 > 2040: it agrees
+    assert run.product_against_minimal(None, [1, 1, 1]) is None
+    line = triage_summary({"C8": {"case": "x", "shape": [449, 32, 64], "product": got}})[0]
+    assert "M*N passes at" not in line
+
+
+def test_fault_classes_tied_on_the_minimal_case_are_said_to_be_alike():
+    """Second new-user trial of session 14: a ties-away-from-zero rounding bug read "consistent with F2 (score 1),
+    F3 (score 1)": two classes fitting equally is no diagnosis."""
+    rec = {"case": "x", "shape": [64, 32, 64], "minimal": {"shape": [1, 2, 1], "fails": True}}
+    rec["minimal"]["fault_classes"] = {"F2": 1.0, "F3": 1.0, "F1": 0.29}
+    line = triage_summary({"C8": rec})[0]
+    alike = " (F2 and F3 alike: the minimal case cannot tell them apart, nor from a bug outside the catalogue)"
+    assert line.endswith("consistent with F2, F3, F1" + alike)
+    rec["minimal"]["fault_classes"] = {"F3": 1.0, "F1": 0.29}
+    assert triage_summary({"C8": rec})[0].endswith("consistent with F3, F1")
