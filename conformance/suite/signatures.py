@@ -479,9 +479,10 @@ _SOURCE_LABELS = {
 def failing_pattern(cases: list, failing: list) -> Optional[str]:
     """``all failing cases: bf16 out, M >= 4095``: what every failing case shares and some passing case does not
     (out dtype, bias, scale mode, source, the layout of ``a`` and ``b``, a per-tensor scale, a strided bias, a lower
-    or upper bound on M, N, K); None when every case failed or nothing sets the failing ones apart. A bound is named where no passing case crosses
-    it, else where no passing case sharing the named attributes does, or those and one scale's form (a conjunction:
-    ``scale_a dense, M >= 65`` where per-tensor-scale cases pass at any M). ``cases``: every case that ran."""
+    or upper bound on M, N, K); None when every case failed or nothing sets the failing ones apart. A bound is named
+    where no passing case crosses it, else where no passing case sharing the named attributes does, or those and one
+    scale's form (a conjunction: ``scale_a dense, M >= 65`` where per-tensor-scale cases pass at any M). ``cases``:
+    every case that ran."""
     fail_ids = {id(c) for c in failing}
     rest = [c for c in cases if id(c) not in fail_ids]
     if not failing or not rest:
@@ -510,7 +511,9 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
         (unusual("scale_b", ("dense", "strided")), "scale_b {}"),
         (unusual("bias", ("none", "dense", None)), "bias {}"),  # a strided or broadcast bias
     )
-    forms = tuple((lambda c, k=k: layouts(c, k), k + " {}") for k in ("scale_a", "scale_b"))  # named with a bound
+    # a scale's form shared by the failing cases (getter, value, name): named only with a bound it makes hold
+    form_gets = {k: (lambda c, k=k: layouts(c, k)) for k in ("scale_a", "scale_b")}
+    forms = [(get, v, f"{k} {v}") for k, get in form_gets.items() if (v := common(get)) is not None]
     parts, shared = [], []
     for get, fmt in attrs:
         v = common(get)
@@ -529,11 +532,10 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
     alike = [c for c in rest if all(get(c) == v for get, v in shared)]  # passing cases with the named attributes
     for i, dim in enumerate(("M", "K", "N")):
         found = bound(i, dim, rest) or bound(i, dim, alike)
-        for get, fmt in forms if found is None else ():
-            v = common(get)
-            found = None if v is None else bound(i, dim, [c for c in alike if get(c) == v])
+        for get, v, named in forms if found is None else ():
+            found = bound(i, dim, [c for c in alike if get(c) == v])
             if found is not None:
-                parts += [] if fmt.format(v) in parts else [fmt.format(v)]
+                parts += [] if named in parts else [named]
                 break
         parts += [found] if found else []
     if not parts:

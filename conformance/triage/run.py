@@ -26,7 +26,6 @@ from typing import Any, Callable, Iterable, Mapping, Optional
 
 from conformance.cases import by_case_id, case_id
 from conformance.checks.result import CALL_ID, INTERFACE_ID, Verdict
-from conformance.kernels.runner import run_kernel
 from conformance.runtime.forking import Forked, start_method
 from conformance.runtime.pool import CRASHED, OK, TIMED_OUT, IsolatedKernel, Outcome, Served
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
@@ -197,16 +196,15 @@ def search_case(spec, arg: SearchArg, served: Served) -> dict:
     rec["budget"], rec["calls"] = budget, 2 + search.calls + mc.calls
     judged = cid  # the check the reproducer replays: the call's own where the call fails at the minimal case
     if mc.fails and cid not in CALL_CHECKS:
-        tell("the minimal case's call", mc.ops, search)
-        broke = call_failure(spec, mc.ops, device)
+        tell("the minimal case's call and fault classes", mc.ops, search)
+        cr = evaluate_case(spec, mc.ops, device=device, coverage=False, output_digest=False)
         rec["calls"] += 1
+        broke = broken_call(cr)
         if broke is not None:  # a probe whose call fails counts as failing: say that it is the call's failure there
             judged = broke[0]
             rec["minimal"]["call_failure"] = {"check": broke[0], "line": broke[1]}
         else:  # a call that gave no output is no fault class's
-            tell("the minimal case's fault classes", mc.ops, search)
-            rec["minimal"]["fault_classes"] = fault_classes(spec, mc.ops, device)
-            rec["calls"] += 1
+            rec["minimal"]["fault_classes"] = fault_classes(cr)
     if arg.repro_dir is not None:  # no smaller failing shape found: the case itself is the reproducer
         name = f"{REPRO_PREFIX}-{cid}-{reproducer_dirname(case)}"
         error = f"{judged} fails on the minimal case of {case}" if mc.fails else f"{cid} fails on case {case}"
@@ -223,27 +221,26 @@ def product_against_minimal(product: Optional[dict], shape: list) -> Optional[di
     product, a third disagrees (a gate on the output's tile count, not on M*N, can do that)."""
     if not product or not product.get("verified"):
         return product
-    size = dict(zip("MKN", shape))
-    value = math.prod(size[d] for d in product.get("attribute", "M*N*K").split("*"))
+    size, label = dict(zip("MKN", shape)), product.get("attribute", "M*N*K")
+    value = math.prod(size[d] for d in label.split("*"))
     if value > product["passes_at"]:
         return product
     at = ",".join(map(str, shape))
     note = (
-        f"the dimensions act separately (the minimal case M,K,N {at} fails at {product['attribute']} {value}, "
+        f"the dimensions act separately (the minimal case M,K,N {at} fails at {label} {value}, "
         f"below the {product['passes_at']} that passed)"
     )
     return dict(product, verified=False, note=note)
 
 
-def call_failure(spec, ops, device: Optional[str] = None) -> Optional[tuple[str, str]]:
-    """``(check id, line)`` when the kernel's call itself fails on ``ops`` (one call): ``CALL`` (it raised or gave
-    no output) or ``IF`` (it broke the interface: a wrong shape, dtype or an operand written); None when it gave a
-    valid output."""
-    run = run_kernel(spec, ops, device=device)
-    if run.interface:
-        return INTERFACE_ID, run.interface
-    if run.output is None or run.raised is not None:
-        return CALL_ID, run.raised or run.error or "no output"
+def broken_call(cr) -> Optional[tuple[str, str]]:
+    """``(check id, line)`` when the kernel's call itself failed on the case of ``CaseResult`` ``cr``: ``IF`` (it broke
+    the interface: a wrong shape, dtype or an operand written) or ``CALL`` (it raised or gave no output); None when
+    it gave a valid output."""
+    if cr.interface:
+        return INTERFACE_ID, cr.interface
+    if cr.raised is not None or not cr.produced_output:
+        return CALL_ID, cr.raised or cr.error or "no output"
     return None
 
 
@@ -254,10 +251,9 @@ def _search_fields(search: BoundarySearch) -> dict:
     return {k: d[k] for k in ("shape", "boundaries", "product", "flips", "differing") if k in d}
 
 
-def fault_classes(spec, ops, device: Optional[str] = None) -> dict:
-    """``{fault id: score}`` (best first) of the fault classes the evidence of case ``ops`` is consistent with
-    (``suite.signatures.case_scores`` of its ``evaluate_case``); ``{}`` when none or the case does not fail."""
-    cr = evaluate_case(spec, ops, device=device, coverage=False, output_digest=False)
+def fault_classes(cr) -> dict:
+    """``{fault id: score}`` (best first) of the fault classes the evidence of ``CaseResult`` ``cr`` is consistent
+    with (``suite.signatures.case_scores``); ``{}`` when none or the case does not fail."""
     if cr.verdict != Verdict.FAIL:
         return {}
     scores = case_scores(cr)

@@ -18,6 +18,7 @@ from conformance.cases import by_case_id, case_id
 from conformance.cases.planting import planted_case
 from conformance.cli import main
 from conformance.kernels.registry import get_kernel
+from conformance.suite.evaluate import evaluate_case
 from conformance.suite.report import render_markdown, triage_lines, triage_summary
 from conformance.triage import run
 from conformance.triage.boundary import PRODUCT_CALLS
@@ -309,7 +310,7 @@ def test_a_minimal_case_where_the_call_itself_fails_says_so_and_replays_that_che
     )
     text = "\n".join(triage_lines({"checks": [{"check_id": "C8", "name": "declared_contract"}], "triage": {"C8": rec}}))
     assert "the reproducer replays IF." in text
-    square = run.call_failure(spec, ops)  # a square case: the call gives a valid output (its values fail)
+    square = run.broken_call(evaluate_case(spec, ops, device="cpu"))  # square: a valid output (its values fail)
     assert square is None
 
 
