@@ -7,6 +7,8 @@ order it declares; else the exact sum rounded once to float32. F1-F5 apply their
 F10 with deficit N (variant ``d<N>``): the selected elements are accumulated by ``reference.fp8.emulate_accumulation``
 under :func:`narrowed_model` (the declared retained bits minus N, ``exact`` counting as 24, at least 2; truncating;
 the declared promotion interval) and go through the declared contract's epilogue.
+
+F7 inside an int8 kernel (a float32 accumulator): :func:`float32_running_sum` at the tile depths :data:`F7_TILES`.
 """
 
 from __future__ import annotations
@@ -55,6 +57,24 @@ def narrowed_model(declared, deficit: int) -> AccumulatorModel:
     declared = parse_accumulator(declared)
     base = FP32_BITS if declared.kind == "exact" else declared.bits
     return AccumulatorModel("fp32", max(MIN_BITS, base - int(deficit)), "truncate", declared.promote_every)
+
+
+#: The tile depths (BLOCK_K) F7's in-kernel emulation tries, :func:`float32_running_sum`; None: one float32 matmul.
+F7_TILES = (16, 32, 64, 128, 256, None)
+
+
+def float32_running_sum(a: torch.Tensor, b: torch.Tensor, block: Optional[int]) -> torch.Tensor:
+    """float32 [M, N] on a's device: int8 ``a`` [M, K] @ ``b`` [N, K]^T summed as a kernel with a float32 accumulator
+    sums it (F7 inside the kernel): each ``block``-deep tile's dot product exact (<= 256 * 2^14 < 2^24), added to
+    the running float32 sum tile by tile, k increasing; ``block`` None: one float32 matmul of the whole K on a's
+    device (that device library's order)."""
+    if block is None:
+        return a.to(torch.float32) @ b.to(torch.float32).T
+    a64, b64 = a.to(torch.float64), b.to(torch.float64)
+    acc = torch.zeros((int(a.shape[0]), int(b.shape[0])), dtype=torch.float32, device=a.device)
+    for k0 in range(0, int(a.shape[1]), block):
+        acc += (a64[:, k0 : k0 + block] @ b64[:, k0 : k0 + block].T).to(torch.float32)
+    return acc
 
 
 def rows_of(x: torch.Tensor, idx: torch.Tensor) -> torch.Tensor:

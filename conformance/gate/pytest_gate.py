@@ -1,8 +1,8 @@
 """pytest plugin of the gate: ``pytest --gate-candidate=B --gate-incumbent=A`` (or
 ``--gate-baseline=REPORT``) ``--gate-policy=FILE [-n auto]``.
 
-One item per case (``gate/<case id>``), per serving check (``gate/C13``, ``gate/C14``, ``gate/C15``; not with
-``--gate-no-serving``) and per model-level check (``gate/C7``, ``gate/E1``), run by ``GateSession``. A blocking case
+One item per case (``gate/<case id>``), per model-level check (``gate/C7``, ``gate/E1``) and per serving check
+(``gate/C13``, ``gate/C14``, ``gate/C15``; not with ``--gate-no-serving``), run by ``GateSession``. A blocking case
 fails its item, ``warn`` passes with a :class:`GateWarning`, a non-blocking ``not-supported`` (a serving check's
 ``n/a``) skips. The controller writes ``gate.json`` / ``gate.md`` /
 ``junit.xml`` once, from Decisions shipped on each item's report (``conformance.runtime.xdist_ship``),
@@ -222,10 +222,10 @@ def pytest_collection_modifyitems(session, config, items) -> None:
         GateCaseItem.from_parent(session, name=f"gate/{r['case']}", gstate=gs, key=i)
         for i, r in enumerate(gs.session.rows)
     ]
-    if gs.session.opts.serving_checks:  # the suite's order: C13-C15 before C7 / E1
-        items += [GateServingItem.from_parent(session, name=f"gate/{c}", gstate=gs, key=c) for c in SERVING_CHECKS]
     if gs.session.opts.model_checks:
         items += [GateModelItem.from_parent(session, name=f"gate/{c}", gstate=gs, key=c) for c, _, _ in MODEL_CHECKS]
+    if gs.session.opts.serving_checks:  # the suite's order: C13-C15 after C7 / E1
+        items += [GateServingItem.from_parent(session, name=f"gate/{c}", gstate=gs, key=c) for c in SERVING_CHECKS]
 
 
 @pytest.hookimpl(hookwrapper=True)

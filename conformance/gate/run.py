@@ -1,8 +1,8 @@
 """The gate as a library call, :func:`run_gate`: resolve both kernels and the policy, build the
 suite's cases, check a ``baseline``'s comparability before any kernel runs (:class:`NotComparable`
 with every reason), run each kernel isolated (``conformance.runtime.pool``; a crash or hang saves a
-reproducer), then decide every case, the serving checks C13-C15 (``suite.plan.SERVING_CHECKS``, run by the suite's
-own kernel-level check runner in each kernel's child) and the model-level checks (``conformance.gate.compare``); a
+reproducer), then decide every case, the model-level checks and the serving checks C13-C15 (``suite.plan.SERVING_CHECKS``,
+run by the suite's own kernel-level check runner in each kernel's child; ``conformance.gate.compare``); a
 blocked candidate's failing checks are then triaged (:meth:`GateSession.triage`: where each switches on,
 ``conformance.triage``)."""
 
@@ -596,10 +596,6 @@ def run_gate(
         for i in range(len(s.cases)):
             raise_if_requested()
             decisions.append(s.run_case(i))
-        for cid in SERVING_CHECKS if s.opts.serving_checks else ():  # the suite's order: C13-C15 before C7 / E1
-            stage = cid
-            raise_if_requested()
-            serving.append(s.run_serving(cid))
         for cid in kernel_checks(s.cand_spec):  # a block / zero-point kernel's own check, decided as C13-C15 are
             stage = cid
             raise_if_requested()
@@ -608,6 +604,10 @@ def run_gate(
             stage = cid
             raise_if_requested()
             model.append(s.run_model(cid))
+        for cid in SERVING_CHECKS if s.opts.serving_checks else ():  # the suite's order: C13-C15 after C7 / E1
+            stage = cid
+            raise_if_requested()
+            serving.append(s.run_serving(cid))
         stage = None
     except KeyboardInterrupt:  # Ctrl-C, or SIGTERM via conformance.runtime.graceful_stop
         stopped = True

@@ -1,6 +1,6 @@
 """The suite's plan, shared by ``run_conformance`` and the pytest plugin: which cases it builds
 (:func:`default_cases`), which steps it takes in which order (:func:`suite_steps`: fixed cases, the
-property test, C9, C13-C15, C7 / E1, pairwise) and the state one kernel's steps fill (:class:`SuiteState`).
+property test, C9, C7 / E1, C13-C15, pairwise) and the state one kernel's steps fill (:class:`SuiteState`).
 
 An e4m3 kernel (``KernelSpec.operands``, DESIGN.md 3b) gets the FP8 plan: the accumulator-safe FP8
 families and the captured layers quantized to e4m3 (``conformance.cases.fp8``) as fixed cases, no
@@ -423,8 +423,9 @@ def suite_steps(
 ) -> list[Step]:
     """The steps in suite order: every fixed case, the property test (``examples > 0``, where the plan kind has one:
     :func:`kind_of` ``operands``, ``block``, ``azp``), C9, the checks the plan kind adds (:data:`PLANS`: C16, C17),
-    C11 (``operands="e4m3"``), C13-C15 (:data:`SERVING_CHECKS`; ``serving_checks``), C7 / E1 (``model_checks``), a
-    pairwise step per fixed case (``against``)."""
+    C11 (``operands="e4m3"``), C7 / E1 (``model_checks``), C13-C15 (:data:`SERVING_CHECKS`; ``serving_checks``;
+    last: on a GPU their worker runs beside everything after the cases), a pairwise step per fixed case
+    (``against``)."""
     fp8 = operands == FP8
     plan = PLANS[kind_of(operands, block, azp)]
     steps = [Step(CASE, case_id(ops), i, ops) for i, ops in enumerate(cases)]
@@ -434,8 +435,8 @@ def suite_steps(
         ["C9"]
         + [cid for cid, _, _ in plan.checks]
         + (["C11"] if fp8 else [])
-        + (list(SERVING_CHECKS) if serving_checks else [])
         + ([cid for cid, _, _ in MODEL_CHECKS] if model_checks else [])
+        + (list(SERVING_CHECKS) if serving_checks else [])
     )
     steps += [Step(CHECK, f"{cid}-{CHECK_NAMES[cid]}", check_id=cid) for cid in cids]
     if against:

@@ -36,7 +36,7 @@ from conformance.kernels.runner import cuda_device, validate_device
 from conformance.kernels.spec import conformance_run
 from conformance.runtime.environment import environment as base_environment
 from conformance.runtime.graceful_stop import raise_if_requested
-from conformance.runtime.partial_run import complete_run, partial_run
+from conformance.runtime.partial_run import INTERRUPTED, complete_run, partial_run
 from conformance.runtime.threads import available_cores
 from conformance.suite.coverage import block_coverage_table, coverage_table, fp8_coverage_table
 from conformance.suite.coverage import invocation as call_invocation
@@ -293,6 +293,7 @@ def overall_verdict(
     property_tests: Optional[dict] = None,
     case_results: Optional[Sequence[CaseResult]] = None,
     skipped: Sequence[str] = (),
+    partial: Optional[dict] = None,
 ) -> dict:
     """The ``overall`` record (module docstring); a failed property test fails it too. With
     ``case_results``, a kernel that produced output on none gets ``not run`` (unless something
@@ -300,7 +301,8 @@ def overall_verdict(
     ``crashes``: :func:`crash_records`, ``raised``: :func:`raise_records` (each one fails the verdict; the summary
     leads with them, and names a check only where it failed on a valid output: ``checks.result.is_call_failure``);
     ``reduced_suite``: ``skipped``, what of the default suite the run left out (``plan.reduced_suite``);
-    ``headline``: :func:`reduced_headline`."""
+    ``headline``: :func:`reduced_headline`; ``partial``: the run's ``partial_run`` record; an interrupted one
+    adds ``cases_planned`` and turns a verdict without a failure into no PASS (:func:`_interrupted`)."""
     failed = [c for c in checks if c.is_kernel_failure]
     crashes = crash_records(checks, case_results or ())
     raised = raise_records(checks, case_results or ())
@@ -366,7 +368,7 @@ def overall_verdict(
                 f"; {n_skip} of {len(case_results)} cases not run (not covered "
                 f"by this verdict): " + _reasons_text(reasons)
             )
-    return out
+    return _interrupted(out, partial) if partial and partial["reason"] == INTERRUPTED else out
 
 
 def _interface_summary(r: CheckResult, failed: list, total: int) -> CheckResult:
@@ -384,6 +386,22 @@ def _call_summary(r: CheckResult, failed: list, total: int) -> CheckResult:
     case, first = failed[0]
     line = f"no output on {len(failed)} of {total} cases; first: {case}: {first.summary}"
     return CheckResult(r.check_id, r.name, r.verdict, line, r.evidence)
+
+
+def _interrupted(overall: dict, part: dict) -> dict:
+    """An interrupted run's ``overall`` (``part``: its ``partial_run`` record): ``cases_planned``, the run's fixed
+    cases (``cases_total`` counts those that ran); a verdict without a failure is no PASS: its headline and summary
+    say how far the run got (``verdict`` keeps the finished cases' value; ``partial`` qualifies it)."""
+    out = dict(overall, cases_planned=part["cases_total"])
+    if overall["verdict"] in (Verdict.FAIL, Verdict.NOT_RUN):
+        return out
+    ran, total = part["cases_ran"], part["cases_total"]
+    skipped = overall.get("reduced_suite") or []
+    out["headline"] = "INCOMPLETE (interrupted, not a PASS)" + (
+        f" on a reduced suite: {', '.join(skipped)} skipped" if skipped else ""
+    )
+    out["summary"] = f"not a verdict: interrupted after {ran} of {total} fixed cases; no check failed on what ran"
+    return out
 
 
 def build_result(
@@ -446,7 +464,7 @@ def build_result(
         captures=cap,
         property_tests=property_tests,
         pairwise=pairwise,
-        overall=overall_verdict(checks, property_tests, list(case_results), skipped),
+        overall=overall_verdict(checks, property_tests, list(case_results), skipped, partial),
         elapsed_s=elapsed_s,
         notes=notes,
         coverage=_coverage_rows(spec, case_results),
@@ -724,25 +742,8 @@ def _run_steps(
         skipped=state.skipped + (unreached if stopped else []),
     )
     if stopped:
-        res.overall = interrupted_overall(res.overall, stopped)
         raise SuiteInterrupted(res)
     return res
-
-
-def interrupted_overall(overall: dict, part: dict) -> dict:
-    """An interrupted run's ``overall`` (``part``: its ``partial_run`` record): ``cases_planned``, the run's fixed
-    cases (``cases_total`` counts those that ran); a verdict without a failure is no PASS: its headline and summary
-    say how far the run got (``verdict`` keeps the finished cases' value; ``partial`` qualifies it)."""
-    out = dict(overall, cases_planned=part["cases_total"])
-    if overall["verdict"] in (Verdict.FAIL, Verdict.NOT_RUN):
-        return out
-    ran, total = part["cases_ran"], part["cases_total"]
-    skipped = overall.get("reduced_suite") or []
-    out["headline"] = "INCOMPLETE (interrupted, not a PASS)" + (
-        f" on a reduced suite: {', '.join(skipped)} skipped" if skipped else ""
-    )
-    out["summary"] = f"not a verdict: interrupted after {ran} of {total} fixed cases; no check failed on what ran"
-    return out
 
 
 class SuiteInterrupted(KeyboardInterrupt):

@@ -5,7 +5,7 @@ Evidence per failing case: the failing checks, the largest spacing distance and 
 elements against the declared-contract reference (:class:`FailureFeatures`, :data:`SIGNATURES`), and, where the case
 kept its output, the post-processing faults' emulations tested against it (:func:`explain_output`: of the elements
 whose bits differ from the declared reference, how many each of F1-F5's epilogue,
-``faults.postprocessing.faulty_epilogue``, reproduces bit for bit; :func:`explain_block_output` for a block-scaled
+``faults.postprocessing.faulty_epilogue``, and F7's float32 running sum reproduce bit for bit; :func:`explain_block_output` for a block-scaled
 case, which a block sweep stores per cell, :func:`stored_explanation`). A class's score on a case is the
 fraction of the differing elements its emulation reproduces (consistent when more than half), or 1 / 0 by its
 predicate where no emulation applies; its report score is the mean over the failing cases (:func:`rank_classes`)."""
@@ -20,13 +20,14 @@ import torch
 
 from conformance.checks.result import CALL_ID, CHECK_NAMES, DECLARATION, Verdict
 from conformance.kernels.declared import declared_reference
-from faults.accumulator import narrowed_model
+from faults.accumulator import F7_TILES, float32_running_sum, narrowed_model
 from faults.block import BLOCK_EMULATED, block_fault_output
 from faults.catalogue import faults_for, get_fault
 from faults.postprocessing import faulty_epilogue
 from faults.spec import POSTPROCESSING_FAULTS, catalogue_order, f10_deficit
+from reference.accumulate import accumulator_row_col_bound
 from reference.bits import bits_of
-from reference.epilogue import cached_epilogue
+from reference.epilogue import apply_epilogue, cached_epilogue
 
 #: The output checks whose spacing distance a signature reads.
 OUTPUT_CHECKS = ("C5", "C6", "C8")
@@ -127,12 +128,13 @@ SIGNATURES = {
 _PRECISION = {"torch.bfloat16": (8, 2.0**-126), "torch.float16": (11, 2.0**-14), "torch.float32": (24, 2.0**-126)}
 
 
-def contradicted_classes(worst: dict, k: int, out_dtype: str, bias: bool) -> set:
+def contradicted_classes(worst: dict, k: int, out_dtype: str, bias: bool, sum_abs: Optional[int] = None) -> set:
     """Precondition fault classes one failing output element (``worst``: ``acc``, ``out``, ``ref``)
-    contradicts on a case of depth ``k``: F6 where |acc| <= 2^31-1; F7 where |acc| < 2^24, or,
-    without bias, where the output is further from the reference (relative) than a float32
-    accumulator can move it: (k-1) u / (1 - (k-1) u) * k * 2^14 / |acc| (recursive summation,
-    |a*b| <= 2^14, u = 2^-24) plus the epilogue's roundings (4 output spacings and 2^-20).
+    contradicts on a case of depth ``k``: F6 where |acc| <= 2^31-1; F7 where no float32 running sum can round:
+    |acc| < 2^24 and ``sum_abs`` (the case's largest ``sum |a*b|``, C4's ``bound_tight_max``; None: unknown) below
+    2^24, or, without bias, where the output is further from the reference (relative) than a float32 accumulator
+    can move it: (k-1) u / (1 - (k-1) u) * S / |acc| (recursive summation, S = ``sum_abs``, else k * 2^14;
+    u = 2^-24) plus the epilogue's roundings (4 output spacings and 2^-20).
     """
     acc = worst.get("acc")
     if not isinstance(acc, int) or isinstance(acc, bool):
@@ -140,13 +142,15 @@ def contradicted_classes(worst: dict, k: int, out_dtype: str, bias: bool) -> set
     out = set()
     if abs(acc) <= 2**31 - 1:
         out.add("F6")
-    if abs(acc) < 2**24:
+    reach = sum_abs is not None and sum_abs >= 2**24
+    if abs(acc) < 2**24 and not reach:
         return out | {"F7"}
     o, r = worst.get("out"), worst.get("ref")
     prec = _PRECISION.get(out_dtype)
     if (
         bias
         or prec is None
+        or acc == 0
         or not (isinstance(o, (int, float)) and math.isfinite(o) and isinstance(r, (int, float)) and math.isfinite(r))
     ):
         return out
@@ -154,7 +158,7 @@ def contradicted_classes(worst: dict, k: int, out_dtype: str, bias: bool) -> set
     g = (k - 1) * 2.0**-24
     if abs(r) < tiny or g >= 0.5:
         return out
-    rel = g / (1 - g) * k * 2**14 / abs(acc) + 4 * 2.0 ** (1 - p) + 2.0**-20
+    rel = g / (1 - g) * (sum_abs if reach else k * 2**14) / abs(acc) + 4 * 2.0 ** (1 - p) + 2.0**-20
     return out | {"F7"} if abs(o - r) > abs(r) * rel else out
 
 
@@ -200,6 +204,9 @@ def features_of_case(cr) -> FailureFeatures:
     ft = FailureFeatures(direction_basis="worst element of each failing output check")
     tz = az = sc = 0
     seen = False
+    c4 = cr.checks.get("C4")
+    bound = (c4.evidence or {}).get("bound_tight_max") if c4 is not None else None
+    bound = bound if isinstance(bound, int) and not isinstance(bound, bool) else None
     for cid, r in cr.checks.items():
         if r.verdict != Verdict.FAIL:
             continue
@@ -215,7 +222,8 @@ def features_of_case(cr) -> FailureFeatures:
             if cr.scale_mode == "pow2":
                 ft.pow2_output_failure = True
             w = ev.get("worst") or {}
-            ft.contradicted |= contradicted_classes(w, int(cr.shape[1]), str(cr.out_dtype), bool(cr.bias))
+            k, dtype = int(cr.shape[1]), str(cr.out_dtype)
+            ft.contradicted |= contradicted_classes(w, k, dtype, bool(cr.bias), bound)
             o, rf = w.get("out"), w.get("ref")
             if isinstance(o, (int, float)) and isinstance(rf, (int, float)):
                 seen = True
@@ -262,7 +270,9 @@ def explain_output(spec, ops, out, exact) -> Optional[dict]:
     "predicted": {fid: p}}`` over the elements whose accumulator fits int32 (the others are the overflow
     declaration's): ``n`` differ in bits from the declared contract's reference, ``k`` of them equal fault ``fid``'s
     epilogue (F1-F5, ``faults.postprocessing.faulty_epilogue`` on the exact accumulator), which changes ``p``
-    elements. ``out``: out_dtype [M, N]; ``exact``: int64 [M, N]. None where nothing differs, for an e4m3 kernel,
+    elements; F7 too where a differing element's ``sum |a*b|`` reaches 2^24 (a float32 running sum may round
+    there): the declared epilogue of ``faults.accumulator.float32_running_sum`` at a tile depth (:func:`_f7_explained`).
+    ``out``: out_dtype [M, N]; ``exact``: int64 [M, N]. None where nothing differs, for an e4m3 kernel,
     or a kernel declaring a step list (no F1-F5 emulation of it)."""
     if out is None or getattr(spec, "operands", "int8") != "int8" or getattr(spec, "steps", None) is not None:
         return None
@@ -283,7 +293,39 @@ def explain_output(spec, ops, out, exact) -> Optional[dict]:
         changed = (alt != ref) & fits
         explained[fid] = int((changed & (alt == ob)).sum())
         predicted[fid] = int(changed.sum())
+    if int(ops.a.shape[1]) * 2**14 >= 2**24:
+        reach = (diff & (accumulator_row_col_bound(ops.a, ops.b).to(dev) >= 2**24)).any(dim=1)
+        if bool(reach.any()):
+            explained["F7"], predicted["F7"] = _f7_explained(spec, ops, ob, ref, fits, reach)
     return {"n_differ": n, "explained": explained, "predicted": predicted}
+
+
+#: Rows of a case F7's tile depths are first tried on (:func:`_f7_explained`).
+F7_SAMPLE_ROWS = 8
+
+
+def _f7_explained(spec, ops, ob, ref, fits, reach) -> tuple[int, int]:
+    """``(explained, predicted)`` of F7 on the rows ``reach`` (bool [M]: a differing element there can be reached by
+    a float32 partial sum): the tile depth of :data:`F7_TILES` that reproduces the most differing elements on
+    :data:`F7_SAMPLE_ROWS` of those rows (``sampled_rows``), then run over all of them; ``ob`` / ``ref``: the
+    output's / declared reference's bits, ``fits``: |acc| <= 2^31-1 (bool [M, N])."""
+    dev = ob.device
+    a, b = ops.a.to(dev), ops.b.to(dev)
+    sa, sb = ops.scale_a.to(dev), ops.scale_b.to(dev)
+    bias = None if ops.bias is None else ops.bias.to(dev)
+
+    def counts(block, rows) -> tuple[int, int]:
+        acc = torch.zeros(ob.shape, dtype=torch.float32, device=dev)
+        acc[rows] = float32_running_sum(a[rows], b, block)
+        alt = bits_of(apply_epilogue(acc, sa, sb, spec.contract, bias=bias, out_dtype=ops.out_dtype))
+        keep = torch.zeros(ob.shape[0], dtype=torch.bool, device=dev)
+        keep[rows] = True
+        changed = (alt != ref) & fits & keep.unsqueeze(1)
+        return int((changed & (alt == ob)).sum()), int(changed.sum())
+
+    sample = sampled_rows(reach, F7_SAMPLE_ROWS)
+    best = max(F7_TILES, key=lambda block: counts(block, sample)[0])
+    return counts(best, reach.nonzero().reshape(-1))
 
 
 def explain_block_output(

@@ -8,9 +8,12 @@ from __future__ import annotations
 import pytest
 
 from conformance.cases import make_case
+from conformance.kernels.registry import get_kernel
 from conformance.runtime.partial_run import complete_run, is_partial, partial_note, partial_run
+from conformance.suite.evaluate import evaluate_case
+from conformance.suite.plan import given_cases
 from conformance.suite.report import render_markdown, to_json_dict
-from conformance.suite.run import run_conformance
+from conformance.suite.run import build_result, run_conformance
 
 
 def test_records_and_their_notes():
@@ -83,3 +86,18 @@ def test_a_complete_run_says_partial_false_in_its_json():
         "note": None,
     }
     assert doc["notes"] == [] and "PARTIAL RUN" not in render_markdown(doc)
+
+
+@pytest.mark.parametrize("kind", ["suite", "plugin"])
+def test_an_interrupted_record_makes_a_passing_overall_incomplete_and_a_subset_does_not(kind):
+    cases = [make_case("ordinary", 0), make_case("tails", 0)]
+    spec = get_kernel("cpu")
+    results = [evaluate_case(spec, c, device="cpu") for c in cases]
+    stopped = build_result(spec, results, given_cases(cases), partial=partial_run(2, 5, interrupted=True, kind=kind))
+    assert stopped.overall["headline"] == "INCOMPLETE (interrupted, not a PASS)"
+    assert stopped.overall["summary"] == (
+        "not a verdict: interrupted after 2 of 5 fixed cases; no check failed on what ran"
+    )
+    assert (stopped.overall["cases_total"], stopped.overall["cases_planned"]) == (2, 5)
+    subset = build_result(spec, results, given_cases(cases), partial=partial_run(2, 5, kind=kind))
+    assert subset.overall["headline"] == "PASS" and "cases_planned" not in subset.overall

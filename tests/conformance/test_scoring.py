@@ -265,17 +265,53 @@ def test_a_hint_names_no_fault_class_the_evidence_contradicts():
     ]
 
 
-def test_a_float32_accumulator_is_still_consistent_with_f7():
-    """The control: a kernel accumulating in float32 on the large_acc cases
-    (|acc| >= 2^24, error within the float32 summation bound) keeps its F7 hint."""
-    import torch
+def _differing(kernel: str, ops) -> int:
+    """Elements whose bits differ between buggy_kernels.<kernel> and its declared contract's reference on ``ops``."""
+    import buggy_kernels
 
+    from conformance.kernels.declared import declared_reference
+    from conformance.kernels.loader import load_module_function
+    from reference.bits import bits_of
+
+    out = getattr(buggy_kernels, kernel)(ops.a, ops.b, ops.scale_a, ops.scale_b, ops.out_dtype, ops.bias)
+    ref = declared_reference(load_module_function(f"buggy_kernels:{kernel}"), ops, "cpu").output
+    return int((bits_of(out) != bits_of(ref)).sum())
+
+
+def test_a_float32_accumulator_is_still_consistent_with_f7():
+    """The control: a kernel accumulating in float32 (BLOCK_K = 32 tiles) on a large_acc case (|acc| >= 2^24)
+    keeps its F7 hint, now with F7's emulation reproducing every differing element."""
     from conformance.cases.accumulator import large_acc_case
 
-    sig = _signatures("fp32_accumulator_no_int_mm", [large_acc_case("pow2", torch.float32)])
-    assert sig == [
-        "consistent with F7 fp32 inexact accumulator: |acc| >= 2^24 with int32 "
-        "headroom (float32 conversion inexact) (score 1.00; 1 of 1 cases failing C5 or C8)"
+    ops = large_acc_case("pow2", torch.float32)
+    n = _differing("fp32_accumulator_no_int_mm", ops)
+    assert n > 0
+    assert _signatures("fp32_accumulator_no_int_mm", [ops]) == [
+        "consistent with F7 fp32 inexact accumulator: an accumulator reaches |acc| >= 2^24, so int32->float32 is no "
+        f"longer exact: its emulation reproduces {n} of the {n} differing elements (score 1.00; 1 of 1 cases "
+        "failing C5 or C8)"
+    ]
+
+
+def test_partial_sums_past_2_24_name_f7_by_its_emulation_and_a_dropped_k_tail_does_not():
+    """partial_sums cases: every final |acc| < 2^24 (C4 passes), partial sums past it. A float32 running sum rounds
+    there; F7's emulation (float32 running sum over 32-deep tiles) reproduces every differing element, where the
+    predicate alone (C4 a precondition) could not name it. A kernel dropping the K tail fails the same cases with
+    an error no float32 sum gives: no class."""
+    from conformance.cases.families import family_cases
+
+    cases = family_cases(["partial_sums"])
+    n = sum(_differing("fp32_accumulator_no_int_mm", ops) for ops in cases)
+    failing = sum(_differing("fp32_accumulator_no_int_mm", ops) > 0 for ops in cases)
+    assert n > 0 and failing > 0
+    assert _signatures("fp32_accumulator_no_int_mm", cases) == [
+        "consistent with F7 fp32 inexact accumulator: an accumulator reaches |acc| >= 2^24, so int32->float32 is no "
+        f"longer exact: its emulation reproduces {n} of the {n} differing elements (score 1.00; {failing} of "
+        f"{failing} cases failing C5, C6 or C8)"
+    ]
+    dropped = sum(_differing("k_tail_dropped", ops) > 0 for ops in cases)
+    assert _signatures("k_tail_dropped", cases) == [
+        f"the failures match no fault class of the catalogue ({dropped} failing cases)"
     ]
 
 
@@ -286,3 +322,17 @@ def test_an_fp8_accumulator_failure_names_f10():
     # a one-spacing epilogue fault also leaves C12's bound when the accumulator is exact: not F10
     assert "F10" not in [f for f, _ in match_signatures(FailureFeatures(failed={"C12", "C8"}, max_ulp=1))]
     assert "F10" not in [f for f, _ in match_signatures(FailureFeatures(failed={"C2", "C12"}))]
+
+
+def test_f7_is_contradicted_only_where_no_float32_partial_sum_reaches_2_24():
+    from conformance.suite.signatures import contradicted_classes
+
+    worst = {"acc": 300, "out": 300.0, "ref": 296.0}  # a small final sum, 4 units off
+    assert "F7" in contradicted_classes(worst, 4096, "torch.float32", False)  # sum |a*b| unknown
+    assert "F7" in contradicted_classes(worst, 4096, "torch.float32", False, 2**24 - 1)
+    assert "F7" not in contradicted_classes(worst, 4096, "torch.float32", False, 2**24)
+    # the float32 bound (k-1) u / (1 - (k-1) u) * S / |acc| reads S = sum |a*b| where known: for S = 2^26 and
+    # |acc| = 2^25 it allows 4.88e-4 relative (+ the epilogue's), one 2^14 step; S = 2^25 allows half that
+    big = {"acc": 2**25, "out": float(2**25 + 2**14), "ref": float(2**25)}
+    assert "F7" not in contradicted_classes(big, 4096, "torch.float32", False, 2**26)
+    assert "F7" in contradicted_classes(big, 4096, "torch.float32", False, 2**25)
