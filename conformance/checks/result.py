@@ -11,12 +11,14 @@ from typing import Any, Iterable, Optional
 
 class Verdict(StrEnum):
     """A verdict as reports write it (a ``str``: ``Verdict.FAIL == "fail"``). A check's is ``PASS``, ``FAIL`` or
-    ``NOT_APPLICABLE`` (:data:`VERDICTS`); ``NOT_RUN`` is a kernel's overall verdict when no case could be called."""
+    ``NOT_APPLICABLE`` (:data:`VERDICTS`); ``NOT_RUN`` is a kernel's overall verdict when no case could be called,
+    ``INCOMPLETE`` an interrupted run's when nothing failed on what ran (no PASS)."""
 
     PASS = "pass"
     FAIL = "fail"
     NOT_APPLICABLE = "n/a"
     NOT_RUN = "not run"
+    INCOMPLETE = "incomplete"
 
 
 #: the verdicts of one check

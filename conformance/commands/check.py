@@ -106,6 +106,12 @@ def register(subparsers) -> None:
         "(quick runs; the default suite includes both)",
     )
     add_deprecated_alias(p, "--no-sweep", "--no-tile-edges", "no_tile_edges", flag=True)
+    p.add_argument(
+        "--no-large-cases",
+        action="store_true",
+        help="skip the large native-only cases (outputs past 2^23 elements, the largest covering rows); a CPU-only "
+        "kernel runs them by default, a GPU kernel on its GPU; quick runs",
+    )
     p.add_argument("--no-captures", action="store_true", help="skip layer-capture replay")
     p.add_argument(
         "--no-serving",
@@ -293,7 +299,17 @@ def _state(args, spec, inj, other, cases_of):
         serving_checks=serving,
         kind=spec.kind,
     )
-    return SuiteState(spec, cases, cap, other, args.device, t0=t0, skipped=skipped, serving_checks=serving)
+    return SuiteState(
+        spec,
+        cases,
+        cap,
+        other,
+        args.device,
+        t0=t0,
+        skipped=skipped,
+        serving_checks=serving,
+        large_cases=not args.no_large_cases,
+    )
 
 
 def _triage(spec, res, cases, repro_dir, device, err, quiet: bool) -> dict:
@@ -359,17 +375,24 @@ def _add_triage(paths, triage: dict) -> None:
 
 
 def _write(res, out):
-    """``write_reports(res, out)``; an OSError becomes an Int8confError naming the path."""
+    """``write_reports(res, out)``. Where ``out`` became unwritable during the run, the reports go to a fresh
+    ``int8conf-reports-*`` folder of the temporary directory instead and an Int8confError names both (the run's
+    work is kept); one that fails there too names the first path only."""
+    import tempfile
+
     from conformance.suite.report import write_reports
 
     try:
         return write_reports(res, out)
     except OSError as e:
-        raise Int8confError(
-            f"cannot write report under {out}: "
-            f"{e.strerror or type(e).__name__}"
-            f"{' (' + str(e.filename) + ')' if e.filename else ''}"
-        ) from None
+        why = f"{e.strerror or type(e).__name__}{' (' + str(e.filename) + ')' if e.filename else ''}"
+    try:
+        kept = write_reports(res, tempfile.mkdtemp(prefix="int8conf-reports-"))
+    except OSError:
+        raise Int8confError(f"cannot write report under {out}: {why}") from None
+    raise Int8confError(
+        f"cannot write report under {out}: {why}; the run's reports were written to {kept[0]} and {kept[1]} instead"
+    )
 
 
 #: at most this many signature lines in the terminal summary (conformance.md has all)

@@ -25,7 +25,14 @@ from conformance.runtime.graceful_stop import raise_if_requested
 from conformance.runtime.partial_run import partial_run
 from conformance.runtime.pool import CRASHED, HARNESS_ERROR, OK, TIMED_OUT, IsolatedKernel, KernelRef
 from conformance.runtime.repro import reproducer_dirname, save_reproducer
-from conformance.suite.plan import DEFAULT_EXAMPLES, PLANS, SERVING_CHECKS, afforded_cases, plan_checks
+from conformance.suite.plan import (
+    DEFAULT_EXAMPLES,
+    PLANS,
+    SERVING_CHECKS,
+    afforded_cases,
+    large_cases_left_out,
+    plan_checks,
+)
 from conformance.suite.report import read_report
 from conformance.suite.run import (
     MODEL_CHECKS,
@@ -198,10 +205,11 @@ def baseline_problems(doc: dict, mine: dict, path, rows: Sequence[dict] = ()) ->
     return probs
 
 
-def reduced_baseline_problem(doc: dict, policy: Policy) -> list[str]:
-    """``[why]`` when the baseline report ran a reduced suite (``overall.reduced_suite``) and ``policy`` does
-    not set ``allow_reduced_baseline``, else ``[]``."""
-    skipped = (doc.get("overall") or {}).get("reduced_suite") or []
+def reduced_baseline_problem(doc: dict, policy: Policy, own: Sequence[str] = ()) -> list[str]:
+    """``[why]`` when the baseline report ran a reduced suite (``overall.reduced_suite``) beyond what this gate
+    run leaves out itself (``own``: the large cases not afforded here, :func:`plan.large_cases_left_out`) and
+    ``policy`` does not set ``allow_reduced_baseline``, else ``[]``."""
+    skipped = [s for s in (doc.get("overall") or {}).get("reduced_suite") or [] if s not in own]
     if not skipped or policy.allow_reduced_baseline:
         return []
     return [
@@ -345,6 +353,7 @@ class GateSession:
         check_same_kind(self.cand_spec, self.inc_spec)
         opts = self.opts
         explicit = cases is not None
+        large: list = []  # the large cases left out here, as a reduced-suite phrase
         if cases is None:  # the candidate's cases, as `int8conf check` builds them (suite.setup)
             source = CaseSource(
                 opts.include_captures,
@@ -358,20 +367,24 @@ class GateSession:
             cases, left_out = afforded_cases(self.cand_spec, opts.device, cases)  # as `check` runs them
             if left_out:
                 self.say(f"{len(left_out)} large cases not afforded on the CPU left out, as `int8conf check` does")
+                large = [large_cases_left_out(len(left_out))]
             cap_d = {"available": cap.available, "note": cap.note, "source": cap.source}
         else:
             cases = list(cases)
             cap_d = {"available": False, "note": "explicit case list", "source": ""}
-        self.skipped = reduced_suite(
-            opts.include_captures,
-            opts.include_tile_edges,
-            DEFAULT_EXAMPLES,  # the gate has no property test: it leaves none of it out
-            opts.model_checks,
-            self.cand_spec.operands,
-            opts.max_capture_layers,
-            explicit_cases=explicit,
-            serving_checks=opts.serving_checks,
-            kind=self.cand_spec.kind,
+        self.skipped = (
+            reduced_suite(
+                opts.include_captures,
+                opts.include_tile_edges,
+                DEFAULT_EXAMPLES,  # the gate has no property test: it leaves none of it out
+                opts.model_checks,
+                self.cand_spec.operands,
+                opts.max_capture_layers,
+                explicit_cases=explicit,
+                serving_checks=opts.serving_checks,
+                kind=self.cand_spec.kind,
+            )
+            + large
         )
         self.cases, self.rows = cases, case_rows(cases)
         self.comparability = comparability(self.rows, None, cap_d)
@@ -379,7 +392,7 @@ class GateSession:
         if baseline is not None:
             self.doc = read_report(baseline)
             probs = baseline_problems(self.doc, self.comparability, baseline, self.rows)
-            probs += reduced_baseline_problem(self.doc, self.policy)
+            probs += reduced_baseline_problem(self.doc, self.policy, large)
             if probs:
                 raise NotComparable(baseline, probs)
         self.base_cases = {c["case"]: c for c in (self.doc or {}).get("cases") or []}

@@ -9,11 +9,13 @@ conformance/kernels/README.md has the user's guide."""
 
 from __future__ import annotations
 
+import faulthandler
 import functools
 import importlib
 import importlib.metadata
 import inspect
 import os
+import signal
 import sys
 import warnings
 from dataclasses import dataclass, replace
@@ -652,6 +654,12 @@ def import_module_object(name: str, option: str = "--kernel"):
         raise KernelLoadError(f"{option} {name!r}: expected 'pkg.module:function'")
     if is_file_path(mod_name):
         raise KernelLoadError(file_path_hint(option, mod_name, attr))
+    ended = import_ends_process(mod_name)
+    if ended is not None:
+        raise KernelLoadError(
+            f"{option} {name!r}: importing module {mod_name!r} ended the process ({ended}) before it returned: "
+            "a module-level os._exit or a crash at import"
+        )
     try:
         mod = importlib.import_module(mod_name)
     except SystemExit as e:  # a module that exits while imported must not end int8conf with its own status
@@ -673,6 +681,40 @@ def import_module_object(name: str, option: str = "--kernel"):
             raise KernelLoadError(f"{option} {name!r}: module {mod_name!r} has no attribute {attr!r}")
         obj = getattr(obj, part)
     return obj
+
+
+def import_ends_process(mod_name: str) -> Optional[str]:
+    """How importing ``mod_name`` ends the process (``exit status N`` / ``signal SIGSEGV``), tried first in a forked
+    child whose output is discarded: a module-level ``os._exit`` or a crash would end int8conf silently. None when
+    the child's import returns or raises (the caller's own import reports that), the module is imported already,
+    or there is no fork."""
+    if mod_name in sys.modules or not hasattr(os, "fork"):
+        return None
+    r, w = os.pipe()
+    with warnings.catch_warnings():  # a heartbeat thread may run: the child only imports, then leaves
+        warnings.simplefilter("ignore", DeprecationWarning)
+        pid = os.fork()
+    if pid == 0:
+        os.close(r)
+        try:
+            faulthandler.disable()  # its dump would go to the parent's stderr
+            null = os.open(os.devnull, os.O_WRONLY)
+            os.dup2(null, 1)
+            os.dup2(null, 2)
+            importlib.import_module(mod_name)
+        except BaseException:  # noqa: BLE001, S110 -- an import that raises returned: the parent's import reports it
+            pass
+        os.write(w, b"1")
+        os._exit(0)
+    os.close(w)
+    with os.fdopen(r, "rb") as f:
+        returned = f.read(1) == b"1"
+    _, status = os.waitpid(pid, 0)
+    if returned:
+        return None
+    if os.WIFSIGNALED(status):
+        return f"signal {signal.Signals(os.WTERMSIG(status)).name}"
+    return f"exit status {os.WEXITSTATUS(status)}"
 
 
 def entry_point_names() -> list[str]:

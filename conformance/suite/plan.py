@@ -456,15 +456,25 @@ class Contained(Protocol):
     def notes(self) -> list[str]: ...
 
 
-def afforded_cases(spec, device: Optional[str], cases: list) -> tuple[list, list]:
-    """``(kept, left out)`` of ``cases`` for ``spec`` on ``device``: where the kernel does not run on CUDA, the cases
-    marked ``native_only`` (``conformance.cases.covering.CPU_MACS``, ``conformance.cases.regimes.CPU_OUTPUTS``) are
-    left out; every front door (check, the
-    plugin, the gate) runs the kept ones, so a stored check report and a gate run hold the same case set."""
-    if cuda_device(spec, device) is not None:
+def afforded_cases(spec, device: Optional[str], cases: list, large: bool = True) -> tuple[list, list]:
+    """``(kept, left out)`` of ``cases`` for ``spec`` on ``device``: where a kernel declaring CUDA does not run on
+    it, the cases marked ``native_only`` (``conformance.cases.covering.CPU_MACS``,
+    ``conformance.cases.regimes.CPU_OUTPUTS``) are left out (:func:`large_cases_left_out` names them in the
+    reduced suite); a CPU-only kernel (``spec.devices`` without ``cuda``) runs natively here and keeps them;
+    ``large`` False (``--no-large-cases``) leaves them out everywhere. Every front door (check, the plugin, the
+    gate) runs the kept ones, so a stored check report and a gate run hold the same case set."""
+    native_here = cuda_device(spec, device) is not None or "cuda" not in tuple(getattr(spec, "devices", ()) or ())
+    if large and native_here:
         return list(cases), []
     native = [bool((c.meta or {}).get("native_only")) for c in cases]
     return [c for c, n in zip(cases, native) if not n], [c for c, n in zip(cases, native) if n]
+
+
+def large_cases_left_out(n: int, asked: bool = False) -> str:
+    """The reduced-suite phrase of ``n`` large cases :func:`afforded_cases` left out (``asked``: by
+    ``--no-large-cases``, else because a GPU kernel runs on the CPU here)."""
+    why = "--no-large-cases" if asked else "native only: they run where the kernel runs on a GPU"
+    return f"{n} large case{'' if n == 1 else 's'} ({why})"
 
 
 def native_regime(case) -> str:
@@ -484,7 +494,7 @@ class SuiteState:
     device, ``"cpu"`` included, takes the device path for every case); ``contained``: where the
     kernel calls run (``suite.workers.Containment``: a child process per crash), None = here;
     ``skipped``: what of the default suite this run leaves out (:func:`reduced_suite`); ``serving_checks``:
-    False when the run leaves C13-C15 out (``--no-serving``)."""
+    False when the run leaves C13-C15 out (``--no-serving``); ``large_cases``: False with ``--no-large-cases``."""
 
     spec: KernelSpec
     cases: list
@@ -502,20 +512,26 @@ class SuiteState:
     skipped: list = field(default_factory=list)
     not_afforded: list = field(default_factory=list)
     serving_checks: bool = True
+    large_cases: bool = True
 
     def __post_init__(self) -> None:
-        """On the CPU, leave out the cases marked ``native_only`` (:func:`afforded_cases`): ``not_afforded``
-        names them and their regimes."""
-        self.cases, self.not_afforded = afforded_cases(self.spec, self.device, self.cases)
+        """Leave out the cases marked ``native_only`` where :func:`afforded_cases` does (``large_cases`` False:
+        everywhere): ``not_afforded`` names them and their regimes, ``skipped`` says so."""
+        self.cases, self.not_afforded = afforded_cases(self.spec, self.device, self.cases, self.large_cases)
+        if self.not_afforded:
+            self.skipped = [*self.skipped, large_cases_left_out(len(self.not_afforded), not self.large_cases)]
 
     def notes(self) -> list:
         """One note naming the regimes of the cases left out on the CPU (none when every case ran)."""
         if not self.not_afforded:
             return []
         regimes = sorted({native_regime(c) for c in self.not_afforded})
+        if not self.large_cases:
+            return [f"{len(self.not_afforded)} large cases left out (--no-large-cases): regimes {'; '.join(regimes)}"]
         return [
             f"{len(self.not_afforded)} large cases not afforded on the CPU (covering rows past M*K*N "
-            f"{COVERING_CPU_MACS}, outputs past M*N {CPU_OUTPUTS}; they run where the kernel runs natively, a GPU): "
+            f"{COVERING_CPU_MACS}, outputs past M*N {CPU_OUTPUTS}; they run where the kernel runs on a GPU; a "
+            f"CPU-only kernel runs them here): "
             f"regimes {'; '.join(regimes)}"
         ]
 

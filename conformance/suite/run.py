@@ -390,11 +390,12 @@ def _call_summary(r: CheckResult, failed: list, total: int) -> CheckResult:
 
 def _interrupted(overall: dict, part: dict) -> dict:
     """An interrupted run's ``overall`` (``part``: its ``partial_run`` record): ``cases_planned``, the run's fixed
-    cases (``cases_total`` counts those that ran); a verdict without a failure is no PASS: its headline and summary
-    say how far the run got (``verdict`` keeps the finished cases' value; ``partial`` qualifies it)."""
+    cases (``cases_total`` counts those that ran); a verdict without a failure is no PASS: ``verdict`` becomes
+    ``incomplete``, its headline and summary say how far the run got (a FAIL or NOT RUN stays)."""
     out = dict(overall, cases_planned=part["cases_total"])
     if overall["verdict"] in (Verdict.FAIL, Verdict.NOT_RUN):
         return out
+    out["verdict"] = Verdict.INCOMPLETE
     ran, total = part["cases_ran"], part["cases_total"]
     skipped = overall.get("reduced_suite") or []
     out["headline"] = "INCOMPLETE (interrupted, not a PASS)" + (

@@ -142,6 +142,7 @@ def contradicted_classes(worst: dict, k: int, out_dtype: str, bias: bool, sum_ab
     out = set()
     if abs(acc) <= 2**31 - 1:
         out.add("F6")
+    total = sum_abs if sum_abs is not None else k * 2**14  # sum |a*b|, else its bound
     reach = sum_abs is not None and sum_abs >= 2**24
     if abs(acc) < 2**24 and not reach:
         return out | {"F7"}
@@ -158,7 +159,7 @@ def contradicted_classes(worst: dict, k: int, out_dtype: str, bias: bool, sum_ab
     g = (k - 1) * 2.0**-24
     if abs(r) < tiny or g >= 0.5:
         return out
-    rel = g / (1 - g) * (sum_abs if reach else k * 2**14) / abs(acc) + 4 * 2.0 ** (1 - p) + 2.0**-20
+    rel = g / (1 - g) * total / abs(acc) + 4 * 2.0 ** (1 - p) + 2.0**-20
     return out | {"F7"} if abs(o - r) > abs(r) * rel else out
 
 

@@ -98,7 +98,7 @@ def test_default_check_fails_a_kernel_that_ignores_lda(tmp_path, monkeypatch):
     layout was exercised. The plan is the command's own (``RunCases``, the same call as the command's): its padded
     cases are 4 of ``layouts``, 33 of ``regimes`` and 36 of ``covering``. The command runs them, and beside them the
     cases it must not fail (every other case of ``a`` with a leading stride above K: M = 1 reads the same either way,
-    the native-only ones a CPU run leaves out; the unpadded ``layouts`` cases), through the suite's own per-case
+    the native-only ones ``--no-large-cases`` leaves out; the unpadded ``layouts`` cases), through the suite's own per-case
     evaluation; the rest of the plan is left out for time (the kernel reads every other ``a`` as the exact CUTLASS
     control does, and a case only adds a verdict, so the rest cannot turn the FAIL into a PASS)."""
     spec = get_kernel("buggy_kernels:ignores_lda")
@@ -115,7 +115,7 @@ def test_default_check_fails_a_kernel_that_ignores_lda(tmp_path, monkeypatch):
     monkeypatch.setattr(RunCases, "for_kernel", padded_part)
     padded = sorted(
         case_id(c) for c in plan if c.a.stride(0) > c.k and c.m > 1 and not c.meta.get("native_only")
-    )  # a CPU run leaves the native-only cases out
+    )  # --no-large-cases leaves the native-only cases out
     assert Counter(c.meta["family"] for c in plan if case_id(c) in padded) == {
         "layouts": 4,
         "regimes": 33,
@@ -127,6 +127,7 @@ def test_default_check_fails_a_kernel_that_ignores_lda(tmp_path, monkeypatch):
             "--kernel=buggy_kernels:ignores_lda",
             "--no-model",
             "--no-captures",
+            "--no-large-cases",
             "--examples",
             "0",
             "-q",

@@ -95,9 +95,11 @@ def test_an_interrupted_record_makes_a_passing_overall_incomplete_and_a_subset_d
     results = [evaluate_case(spec, c, device="cpu") for c in cases]
     stopped = build_result(spec, results, given_cases(cases), partial=partial_run(2, 5, interrupted=True, kind=kind))
     assert stopped.overall["headline"] == "INCOMPLETE (interrupted, not a PASS)"
+    assert stopped.overall["verdict"] == "incomplete"  # a JSON reader never sees "pass"
     assert stopped.overall["summary"] == (
         "not a verdict: interrupted after 2 of 5 fixed cases; no check failed on what ran"
     )
     assert (stopped.overall["cases_total"], stopped.overall["cases_planned"]) == (2, 5)
     subset = build_result(spec, results, given_cases(cases), partial=partial_run(2, 5, kind=kind))
     assert subset.overall["headline"] == "PASS" and "cases_planned" not in subset.overall
+    assert subset.overall["verdict"] == "pass"

@@ -39,8 +39,30 @@ def test_the_gate_and_check_leave_out_the_same_native_only_cases_on_the_cpu():
     and a gate run then hold the same cases (a full check baseline was refused: 'N only in this run')."""
     case = lambda name, native: types.SimpleNamespace(name=name, meta={"native_only": True} if native else {})  # noqa: E731
     cases = [case("a", False), case("big", True), case("b", False)]
-    kept, out = afforded_cases(get_kernel("cpu"), "cpu", cases)
+    kept, out = afforded_cases(get_kernel("int_mm"), "cpu", cases)  # declares cuda: not native on the CPU
     assert [c.name for c in kept] == ["a", "b"] and [c.name for c in out] == ["big"]
+    kept, out = afforded_cases(get_kernel("cpu"), "cpu", cases)  # CPU-only: the CPU is where it runs natively
+    assert [c.name for c in kept] == ["a", "big", "b"] and out == []
+    kept, out = afforded_cases(get_kernel("cpu"), "cpu", cases, large=False)  # --no-large-cases
+    assert [c.name for c in kept] == ["a", "b"] and [c.name for c in out] == ["big"]
+
+
+def test_a_run_leaving_large_cases_out_says_so_in_its_headline():
+    """A GPU kernel on the CPU (int_mm) and --no-large-cases (cpu) both name the left-out cases in the reduced
+    suite; a CPU-only kernel (cpu) runs them: nothing left out."""
+    from conformance.suite.plan import SuiteState, given_cases, large_cases_left_out
+
+    case = lambda name, native: types.SimpleNamespace(name=name, meta={"native_only": True} if native else {})  # noqa: E731
+    cases = [case("a", False), case("big", True)]
+    gpu = SuiteState(get_kernel("int_mm"), cases, given_cases(cases), device="cpu")
+    assert (
+        gpu.skipped
+        == [large_cases_left_out(1)]
+        == ["1 large case (native only: they run where the kernel runs on a GPU)"]
+    )
+    assert SuiteState(get_kernel("cpu"), cases, given_cases(cases), device="cpu").skipped == []
+    asked = SuiteState(get_kernel("cpu"), cases, given_cases(cases), device="cpu", large_cases=False)
+    assert asked.skipped == ["1 large case (--no-large-cases)"] and asked.cases == cases[:1]
 
 
 def test_the_cpu_note_names_each_native_only_case_by_its_regime():

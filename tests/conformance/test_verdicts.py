@@ -192,6 +192,32 @@ def test_oserror_writing_report_is_one_line(tmp_path, capsys, monkeypatch):
     ]
 
 
+def test_an_out_folder_lost_during_the_run_keeps_the_reports_elsewhere(tmp_path, capsys, monkeypatch):
+    """--out unwritable when the reports are written (a disk full, a folder removed or made read-only meanwhile):
+    the finished run's reports go to a temporary folder, and the one error line names both places."""
+    import conformance.suite.report as report
+
+    out, real = tmp_path / "out", report.atomic_write_text
+
+    def deny_under_out(path, text):
+        if str(path).startswith(str(out)):
+            raise PermissionError(13, "Permission denied", str(path))
+        return real(path, text)
+
+    monkeypatch.setattr(report, "atomic_write_text", deny_under_out)
+    monkeypatch.setenv("TMPDIR", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    monkeypatch.setattr("tempfile.tempdir", None)  # TMPDIR is read again
+    assert main(["check", "--kernel", "cpu", "--out", str(out), *FAST]) == 2
+    (kept,) = (tmp_path / "tmp").glob("int8conf-reports-*")
+    jp, mp = kept / "cpu" / "conformance.json", kept / "cpu" / "conformance.md"
+    assert _err_lines(capsys) == [
+        f"int8conf: error: cannot write report under {out}: Permission denied ({out / 'cpu' / 'conformance.json'}); "
+        f"the run's reports were written to {jp} and {mp} instead"
+    ]
+    assert json.loads(jp.read_text())["overall"]["verdict"] == "pass"
+
+
 def test_raw_oserror_reaches_main_as_one_line(tmp_path, capsys, monkeypatch):
     import conformance.suite.setup as setup
 

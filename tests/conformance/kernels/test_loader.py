@@ -355,6 +355,26 @@ def test_a_module_exiting_while_imported_is_one_load_error(tmp_path, monkeypatch
         load_module_function("kern_exits_on_import:fn")
 
 
+@pytest.mark.parametrize(
+    "name, body, how",
+    [
+        ("kern_os_exit_on_import", "import os\nprint('bye')\nos._exit(0)\n", "exit status 0"),
+        ("kern_segv_on_import", "import ctypes\nctypes.string_at(0)\n", "signal SIGSEGV"),
+    ],
+)
+def test_a_module_ending_the_process_while_imported_is_one_load_error(tmp_path, monkeypatch, name, body, how):
+    """os._exit or a crash at import would end int8conf with the module's status (0 read as conformant): the
+    import is tried in a forked child first, and the parent's error names how it ended."""
+    (tmp_path / f"{name}.py").write_text(body)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(KernelLoadError) as e:
+        load_module_function(f"{name}:fn")
+    assert str(e.value) == (
+        f"--kernel '{name}:fn': importing module '{name}' ended the process ({how}) before it returned: "
+        "a module-level os._exit or a crash at import"
+    )
+
+
 def test_a_query_declared_kernel_keeps_its_query_for_a_fresh_process(tmp_path, monkeypatch):
     """A reproducer's command.sh re-resolves the kernel by name: a ``?contract=`` declaration must travel with it."""
     from conformance.suite.workers import kernel_ref

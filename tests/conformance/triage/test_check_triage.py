@@ -26,7 +26,7 @@ from conformance.triage.minimal import ZERO_BUDGET
 from conformance.triage.reshape import at_shape
 from conformance.triage.run import triage_result
 
-QUICK = ["--no-model", "--no-captures", "--examples", "0", "--quiet"]
+QUICK = ["--no-model", "--no-captures", "--no-large-cases", "--examples", "0", "--quiet"]
 
 
 def _check(tmp_path: Path, kernel: str, *extra: str) -> tuple[dict, str, Path]:
