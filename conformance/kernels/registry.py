@@ -5,6 +5,7 @@ modules declare them in ``KERNELS``; imported lazily), user registrations, name 
 from __future__ import annotations
 
 import importlib
+import importlib.util
 from typing import Callable, Optional
 
 from conformance.kernels import adapters, loader
@@ -139,9 +140,19 @@ def get_kernel(name: str, option: str = "--kernel") -> KernelSpec:
         raise KernelLoadError(
             f"kernel {name!r}: {base!r} declares itself; a ?query declares a 'pkg.module:function' kernel only"
         )
+    if _is_module(base):
+        raise KernelLoadError(f"kernel {name!r} is a module: name its kernel function, '{base}:FUNCTION'")
     raise KernelLoadError(
         f"unknown kernel {name!r}: not a built-in {list(BUILTINS)}, not registered, not 'pkg.module:function', not an '{loader.ENTRY_POINT_GROUP}' entry point"
     )
+
+
+def _is_module(name: str) -> bool:
+    """Whether ``name`` is an importable module's name (found on the path, not imported)."""
+    try:
+        return name.isidentifier() and importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def list_kernels() -> list[str]:

@@ -6,8 +6,10 @@ Attributes: ``out_dtype`` (each other of bf16 / fp16 / fp32, the bias cast along
 (``scalar``: a 0-d tensor of the first value; ``vector``: a dense [M] / [N], a scalar repeated or a column's
 values),
 ``magnitude:scale_a`` / ``magnitude:scale_b`` (:data:`SCALE_CLASSES`, the planted cases' magnitude classes less
-``huge``, which rescales s_a and s_w together: :func:`scale_class`, :func:`to_scale_class`; the scale's form kept).
-Only values other than the case's own are listed (a magnitude flip only where it reaches its class). Deterministic.
+``huge``, which rescales s_a and s_w together: :func:`scale_class`, :func:`to_scale_class`; the scale's form kept),
+and, where two or more operands are strided or padded, ``strides`` ``contiguous``: every one of them contiguous at
+once (a bug read through any of them passes no single flip). Only values other than the case's own are listed (a
+magnitude flip only where it reaches its class). Deterministic.
 """
 
 from __future__ import annotations
@@ -28,6 +30,8 @@ LAYOUTS = {"a": ("dense", "padded"), "b": ("dense", "transposed", "padded")}
 #: Scale magnitude classes (``conformance.cases.planting.MAGNITUDES``' names): ``subnormal`` some nonzero element
 #: below float32's smallest normal 2^-126; ``pow2`` every nonzero element a power of two; ``typical`` otherwise.
 SCALE_CLASSES = ("typical", "pow2", "subnormal")
+#: Each strided or padded form (``operand_forms`` names) and the contiguous form of the same operand.
+CONTIGUOUS = {"padded": "dense", "transposed_padded": "transposed", "strided": "vector", "column_strided": "column"}
 _F32_TINY = 2.0**-126
 
 
@@ -78,7 +82,13 @@ def own_values(ops: GemmOperands) -> dict[str, str]:
         own = "scalar" if forms[name] in SCALAR_FORMS else "column" if forms[name] in COLUMN_FORMS else "vector"
         out[f"scale_form:{name}"] = own
         out[f"magnitude:{name}"] = scale_class(getattr(ops, name))
+    out["strides"] = "strided" if strided_operands(forms) else "contiguous"
     return out
+
+
+def strided_operands(forms: dict) -> dict[str, str]:
+    """``{operand: its contiguous form}`` for each strided or padded operand of ``forms`` (``operand_forms``)."""
+    return {k: "contiguous" if k == "bias" else CONTIGUOUS[f] for k, f in forms.items() if f in CONTIGUOUS}
 
 
 def _seeded_bias(ops: GemmOperands) -> torch.Tensor:
@@ -89,7 +99,7 @@ def _seeded_bias(ops: GemmOperands) -> torch.Tensor:
 
 def flips(ops: GemmOperands) -> list[tuple[str, str, GemmOperands]]:
     """``[(attribute, value, operands)]`` for every categorical variant of ``ops`` (module docstring), in a fixed
-    order: out dtype, bias, layouts, scale forms, scale magnitudes. Each variant's ``meta`` is a copy of
+    order: out dtype, bias, layouts, scale forms, strides, scale magnitudes. Each variant's ``meta`` is a copy of
     ``ops.meta``."""
     out: list[tuple[str, str, GemmOperands]] = []
     forms = operand_forms(ops)
@@ -112,6 +122,9 @@ def flips(ops: GemmOperands) -> list[tuple[str, str, GemmOperands]]:
         out.append((f"scale_form:{name}", value, reform(ops, {name: form})))
         if forms[name] in COLUMN_FORMS:  # an [M, 1] / [N, 1] column: also the same values as a dense vector
             out.append((f"scale_form:{name}", "vector", reform(ops, {name: "vector"})))
+    strided = strided_operands(forms)
+    if len(strided) > 1:
+        out.append(("strides", "contiguous", reform(ops, strided)))
     for name in ("scale_a", "scale_b"):
         s = getattr(ops, name)
         own = scale_class(s)

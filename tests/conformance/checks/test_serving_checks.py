@@ -201,7 +201,13 @@ def test_no_serving_leaves_c13_to_c15_out_of_the_plan_and_says_so():
 
     assert checks() == ["C9", *SERVING_CHECKS] and checks(serving_checks=False) == ["C9"]
     args = argparse.Namespace(
-        no_captures=True, no_tile_edges=True, examples=0, no_model=True, no_serving=True, device="cpu"
+        no_captures=True,
+        no_tile_edges=True,
+        examples=0,
+        no_model=True,
+        no_serving=True,
+        no_large_cases=False,
+        device="cpu",
     )
     cases_of = type("Cases", (), {"for_kernel": lambda self, spec, inj: ([], None)})()
     state = _state(args, get_kernel("cpu"), None, None, cases_of)

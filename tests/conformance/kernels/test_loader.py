@@ -400,3 +400,15 @@ def test_an_undeclared_callable_is_named_with_the_query_that_declares_it(usermod
     assert kernel_label(one.name) == "kern_user_mod_vllm_style_contract_cutlass_convention_vllm"
     assert kernel_label(two.name) != kernel_label(one.name)
     assert get_kernel("kern_user_mod:vllm_style?contract=triton&convention=vllm&name=mine").name == "mine"
+
+
+def test_a_module_named_without_its_function_gets_the_module_function_hint(tmp_path, monkeypatch):
+    (tmp_path / "kern_no_fn_named.py").write_text("def scaled_mm(*a):\n    pass\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    with pytest.raises(KernelLoadError) as e:
+        get_kernel("kern_no_fn_named")
+    assert (
+        str(e.value) == "kernel 'kern_no_fn_named' is a module: name its kernel function, 'kern_no_fn_named:FUNCTION'"
+    )
+    with pytest.raises(KernelLoadError, match="^unknown kernel 'kern_not_a_module_xyz'"):
+        get_kernel("kern_not_a_module_xyz")

@@ -362,3 +362,27 @@ def test_a_k_alignment_bug_is_reported_as_its_period_not_a_threshold(kernel, per
     assert abs(b.fails_at - p) == 1 and triage_summary(t) == [want]
     row = [r for r in triage_lines({"triage": t}) if "multiples of" in r]
     assert row and f"multiples of {period} only" in row[0]
+
+
+def test_a_bug_read_through_either_strided_scale_passes_only_the_joint_strides_flip():
+    """Both scales read as if contiguous (their storage from offset 0): a case with both strided fails every single
+    flip (each leaves the other scale strided) and passes ``strides -> contiguous``, both made contiguous at once."""
+
+    @declare(contract="cutlass", name="scales_read_unstrided")
+    def scales_read_unstrided(a, b, scale_a, scale_b, out_dtype=torch.bfloat16, bias=None):
+        def flat(s):
+            return s if s.dim() == 0 else torch.as_strided(s, (s.numel(),), (1,)).reshape(s.shape)
+
+        return emulate(
+            exact_acc32(a, b), flat(scale_a), flat(scale_b), "w_then_a", "fp32_before_round", bias, out_dtype
+        )
+
+    spec = spec_from_object(scales_read_unstrided, "scales_read_unstrided", "test")
+    g = generator("test", "strided-scales", 0)
+    ops = with_forms(layout_case("all", "real", BF, (33, 130, 65)), {"scale_a": "strided", "scale_b": "strided"}, g)
+    forms = operand_forms(ops)
+    assert {forms["scale_a"], forms["scale_b"]} <= {"strided", "column_strided"} and fails(spec, ops, "C8")
+    s = find_boundaries(spec, ops, "C8")
+    passing = [(f.attribute, f.value) for f in s.flips if not f.fails]
+    assert ("strides", "contiguous") in passing
+    assert not [p for p in passing if p[0].startswith(("scale_form", "layout"))]  # no single operand's flip
