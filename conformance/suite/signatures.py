@@ -12,6 +12,7 @@ predicate where no emulation applies; its report score is the mean over the fail
 
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
@@ -519,10 +520,23 @@ _SOURCE_LABELS = {
 }
 
 
+#: The products :func:`failing_pattern` bounds where no dimension alone is bounded: output elements, then MACs.
+_PRODUCTS = (
+    ("M*N", lambda c: int(c.shape[0]) * int(c.shape[2])),
+    ("M*K*N", lambda c: int(c.shape[0]) * int(c.shape[1]) * int(c.shape[2])),
+)
+
+
+def _dim(c, i: int) -> int:
+    """Dimension ``i`` of case result ``c``'s shape ``[M, K, N]``."""
+    return int(c.shape[i])
+
+
 def failing_pattern(cases: list, failing: list) -> Optional[str]:
     """``all failing cases: bf16 out, M >= 4095``: what every failing case shares and some passing case does not
     (out dtype, bias, scale mode, source, the layout of ``a`` and ``b``, a per-tensor scale, a strided bias, a lower
-    or upper bound on M, N, K); None when every case failed or nothing sets the failing ones apart. A bound is named
+    or upper bound on M, N, K, else on M*N or M*K*N); None when every case failed or nothing sets the failing ones
+    apart. A bound is named
     where no passing case crosses it, else where no passing case sharing the named attributes does, or those and one
     scale's form (a conjunction: ``scale_a dense, M >= 65`` where per-tensor-scale cases pass at any M). ``cases``:
     every case that ran."""
@@ -564,23 +578,31 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
             shared.append((get, v))
             parts.append(("with bias" if v else "no bias") if fmt is None else fmt.format(v))
 
-    def bound(i: int, dim: str, pool: list) -> Optional[str]:
-        lo, hi = min(c.shape[i] for c in failing), max(c.shape[i] for c in failing)
-        if any(c.shape[i] < lo for c in pool) and not any(c.shape[i] >= lo for c in pool):
+    def bound(size, dim: str, pool: list) -> Optional[str]:
+        lo, hi = min(size(c) for c in failing), max(size(c) for c in failing)
+        if any(size(c) < lo for c in pool) and not any(size(c) >= lo for c in pool):
             return f"{dim} >= {lo}"
-        if any(c.shape[i] > hi for c in pool) and not any(c.shape[i] <= hi for c in pool):
+        if any(size(c) > hi for c in pool) and not any(size(c) <= hi for c in pool):
             return f"{dim} <= {hi}"
         return None
 
     alike = [c for c in rest if all(get(c) == v for get, v in shared)]  # passing cases with the named attributes
+    bounds = 0
     for i, dim in enumerate(("M", "K", "N")):
-        found = bound(i, dim, rest) or bound(i, dim, alike)
+        size = functools.partial(_dim, i=i)
+        found = bound(size, dim, rest) or bound(size, dim, alike)
         for get, v, named in forms if found is None else ():
-            found = bound(i, dim, [c for c in alike if get(c) == v])
+            found = bound(size, dim, [c for c in alike if get(c) == v])
             if found is not None:
                 parts += [] if named in parts else [named]
                 break
         parts += [found] if found else []
+        bounds += found is not None
+    for dim, product in _PRODUCTS if not bounds else ():  # no dimension alone: the output size, the MACs
+        found = bound(product, dim, rest) or bound(product, dim, alike)
+        if found:
+            parts.append(found)
+            break
     if not parts:
         return None
     return "all failing cases: " + ", ".join(parts)

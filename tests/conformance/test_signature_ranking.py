@@ -150,3 +150,28 @@ def test_a_bound_that_holds_only_with_one_scale_form_is_named_with_that_form():
     # second trial of session 14: a per-tensor weight scale and a strided bias were never named
     passing, failing = [case("dense", 8), case("dense", 8, bias="dense")], [case("dense", 8, "scalar", "strided")]
     assert failing_pattern(passing + failing, failing) == "all failing cases: with bias, scale_b scalar, bias strided"
+
+
+def test_an_output_size_bug_is_bounded_by_m_times_n_where_no_dimension_alone_is():
+    """A path taken past 2^23 output elements (helper trial of session 15): M = 8191 and N = 65536 pass with the
+    other dimension small, so neither M nor N bounds the failing case; M*N does."""
+    import types
+
+    import torch
+
+    def case(m: int, k: int, n: int):
+        lay = {"a": "dense", "b": "dense", "scale_a": "dense", "scale_b": "dense", "bias": "none"}
+        return types.SimpleNamespace(
+            out_dtype=torch.float16,
+            bias=False,
+            scale_mode="real",
+            source="family",
+            shape=(m, k, n),
+            run_manifest={"extra": {"operand_layouts": lay}},
+        )
+
+    passing = [case(8191, 32, 16), case(3, 32, 65536), case(2049, 32, 2048), case(16, 4096, 16)]
+    failing = [case(4097, 32, 4096)]
+    assert failing_pattern(passing + failing, failing) == f"all failing cases: M*N >= {4097 * 4096}"
+    passing.append(case(4096, 32, 4097))  # as large an output passes: no bound
+    assert failing_pattern(passing + failing, failing) is None
