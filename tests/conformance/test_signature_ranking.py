@@ -175,3 +175,22 @@ def test_an_output_size_bug_is_bounded_by_m_times_n_where_no_dimension_alone_is(
     assert failing_pattern(passing + failing, failing) == f"all failing cases: M*N >= {4097 * 4096}"
     passing.append(case(4096, 32, 4097))  # as large an output passes: no bound
     assert failing_pattern(passing + failing, failing) is None
+
+
+def test_f10_by_its_predicate_alone_is_not_named_where_c11_measured_the_accumulator_exact():
+    """An e4m3 decode bug (448 read as 416) fails C12 by many spacings, which F10's predicate reads as a narrow
+    accumulator; C11 measured every declared bit kept, so F10 is not named. An emulated F10 (elements reproduced)
+    and a failing C11 keep it."""
+    import types
+
+    from conformance.checks.result import CheckResult, Verdict
+    from conformance.suite.signatures import measured_away
+
+    def result(c11: str):
+        return types.SimpleNamespace(checks=[CheckResult("C11", "fp8_accumulator", c11, "", {})])
+
+    predicate_only, emulated = ClassRank("F10", 1.0, 1.0, 3), ClassRank("F10", 1.0, 1.0, 3, explained=9, differ=9)
+    assert measured_away(predicate_only, result(Verdict.PASS))
+    assert not measured_away(predicate_only, result(Verdict.FAIL))
+    assert not measured_away(emulated, result(Verdict.PASS))
+    assert not measured_away(ClassRank("F2", 1.0, 1.0, 3), result(Verdict.PASS))
