@@ -564,8 +564,8 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
         (lambda c: _SOURCE_LABELS.get(c.source, f"{c.source} cases"), "{}"),
         (lambda c: layouts(c, "a"), "a {}"),
         (lambda c: layouts(c, "b"), "b {}"),
-        (unusual("scale_a", ("dense", "strided")), "scale_a {}"),  # a per-tensor (scalar) scale: its own path
-        (unusual("scale_b", ("dense", "strided")), "scale_b {}"),
+        (unusual("scale_a", ("dense",)), "scale_a {}"),  # a per-tensor (scalar) or strided scale: its own path
+        (unusual("scale_b", ("dense",)), "scale_b {}"),
         (unusual("bias", ("none", "dense", None)), "bias {}"),  # a strided or broadcast bias
     )
     # a scale's form shared by the failing cases (getter, value, name): named only with a bound it makes hold
@@ -649,15 +649,18 @@ def signature_lines(result) -> list[str]:
     head += [accumulator_line(acc_off, n)] if acc_off else []
     head += [declaration_line(len(declared), n)] if declared else []
     head += [pattern] if pattern else []
-    ranks = [r for r in rank_classes(failing) if not measured_away(r, result)]
+    ranks = [r for r in rank_classes(failing) if not withdrawn(r, result)]
     if failing and not ranks:
         return head + [no_signature_line(len(failing))]
     return head + [r.line(n, failed) for r in ranks]
 
 
-def measured_away(rank: "ClassRank", result) -> bool:
-    """F10 named by its predicate alone (no emulation reproduced elements) while C11 measured the accumulator
-    keeping every declared bit (passed): the accumulator is not what differs."""
+def withdrawn(rank: "ClassRank", result) -> bool:
+    """Whether a ranked class is not offered: its emulation was tested and reproduces none of the differing elements
+    (a "partly consistent" score from its predicate on other cases explains nothing); or F10 named by its predicate
+    alone while C11 measured the accumulator keeping every declared bit (passed)."""
+    if rank.differ and not rank.explained:
+        return True
     if rank.fault != "F10" or rank.differ:
         return False
     c11 = next((c for c in getattr(result, "checks", ()) if c.check_id == "C11"), None)
@@ -665,10 +668,12 @@ def measured_away(rank: "ClassRank", result) -> bool:
 
 
 def interface_line(n: int) -> str:
-    """The line for ``n`` cases whose output failed its interface (check IF): no numeric fault class applies."""
+    """The line for ``n`` cases whose call broke the interface (check IF: an invalid output or an operand written):
+    no numeric fault class applies."""
     return (
-        f"interface failure on {n} case{'' if n == 1 else 's'} (check IF): the kernel returned no valid output "
-        f"there, so no numeric fault class is offered for {'it' if n == 1 else 'them'}"
+        f"interface failure on {n} case{'' if n == 1 else 's'} (check IF): the kernel's call broke the interface "
+        f"there (its output or an operand; IF says which), so no numeric fault class is offered for "
+        f"{'it' if n == 1 else 'them'}"
     )
 
 

@@ -90,8 +90,8 @@ def test_interface_failures_are_named_not_offered_a_fault_class():
     res = _result(get_kernel("buggy_kernels:returns_none"), cases)
     assert signature_lines(res) == [interface_line(3)]
     assert interface_line(3) == (
-        "interface failure on 3 cases (check IF): the kernel returned no valid output there, so no numeric fault "
-        "class is offered for them"
+        "interface failure on 3 cases (check IF): the kernel's call broke the interface there (its output or an "
+        "operand; IF says which), so no numeric fault class is offered for them"
     )
 
 
@@ -150,6 +150,10 @@ def test_a_bound_that_holds_only_with_one_scale_form_is_named_with_that_form():
     # second trial of session 14: a per-tensor weight scale and a strided bias were never named
     passing, failing = [case("dense", 8), case("dense", 8, bias="dense")], [case("dense", 8, "scalar", "strided")]
     assert failing_pattern(passing + failing, failing) == "all failing cases: with bias, scale_b scalar, bias strided"
+    # trial of session 15: every failing case had both scales strided, no passing one did; only "planted-family"
+    failing = [case("strided", 8, "strided"), case("strided", 64, "strided")]
+    passing = [case("dense", 8), case("strided", 8), case("dense", 64, "strided")]
+    assert failing_pattern(passing + failing, failing) == "all failing cases: scale_a strided, scale_b strided"
 
 
 def test_an_output_size_bug_is_bounded_by_m_times_n_where_no_dimension_alone_is():
@@ -184,13 +188,16 @@ def test_f10_by_its_predicate_alone_is_not_named_where_c11_measured_the_accumula
     import types
 
     from conformance.checks.result import CheckResult, Verdict
-    from conformance.suite.signatures import measured_away
+    from conformance.suite.signatures import withdrawn
 
     def result(c11: str):
         return types.SimpleNamespace(checks=[CheckResult("C11", "fp8_accumulator", c11, "", {})])
 
     predicate_only, emulated = ClassRank("F10", 1.0, 1.0, 3), ClassRank("F10", 1.0, 1.0, 3, explained=9, differ=9)
-    assert measured_away(predicate_only, result(Verdict.PASS))
-    assert not measured_away(predicate_only, result(Verdict.FAIL))
-    assert not measured_away(emulated, result(Verdict.PASS))
-    assert not measured_away(ClassRank("F2", 1.0, 1.0, 3), result(Verdict.PASS))
+    assert withdrawn(predicate_only, result(Verdict.PASS))
+    assert not withdrawn(predicate_only, result(Verdict.FAIL))
+    assert not withdrawn(emulated, result(Verdict.PASS))
+    assert not withdrawn(ClassRank("F2", 1.0, 1.0, 3), result(Verdict.PASS))
+    # trial of session 15: "partly consistent with F7 ... reproduces 0 of 19514641 differing elements"
+    assert withdrawn(ClassRank("F7", 0.04, 0.0, 2, explained=0, differ=19514641), result(Verdict.FAIL))
+    assert not withdrawn(ClassRank("F7", 0.04, 0.01, 2, explained=5, differ=19514641), result(Verdict.FAIL))
