@@ -241,6 +241,13 @@ def test_flips_change_one_attribute_each():
         ("magnitude:scale_a", "subnormal"),
         ("magnitude:scale_b", "pow2"),
         ("magnitude:scale_b", "subnormal"),
+        ("strides", "contiguous"),  # a padded, b transposed-padded, scale_b a strided column: all at once
+    }
+    joint = got[("strides", "contiguous")]
+    assert {k: operand_forms(joint)[k] for k in ("a", "b", "scale_b")} == {
+        "a": "dense",
+        "b": "transposed",
+        "scale_b": "column",
     }
     sub = got[("magnitude:scale_b", "subnormal")]
     assert sub.layouts() == ops.layouts() and scale_class(sub.scale_b) == "subnormal"
