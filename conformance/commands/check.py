@@ -22,6 +22,7 @@ a child process, a crash or hang of it a ``skipped`` entry; at most about 10 % o
 from __future__ import annotations
 
 import argparse
+import tempfile
 import time
 
 from rich.table import Table
@@ -378,8 +379,6 @@ def _write(res, out):
     """``write_reports(res, out)``. Where ``out`` became unwritable during the run, the reports go to a fresh
     ``int8conf-reports-*`` folder of the temporary directory instead and an Int8confError names both (the run's
     work is kept); one that fails there too names the first path only."""
-    import tempfile
-
     from conformance.suite.report import write_reports
 
     try:

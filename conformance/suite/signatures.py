@@ -12,7 +12,6 @@ predicate where no emulation applies; its report score is the mean over the fail
 
 from __future__ import annotations
 
-import functools
 import math
 from dataclasses import dataclass, field
 from typing import Iterable, Optional, Sequence
@@ -520,16 +519,15 @@ _SOURCE_LABELS = {
 }
 
 
-#: The products :func:`failing_pattern` bounds where no dimension alone is bounded: output elements, then MACs.
-_PRODUCTS = (
-    ("M*N", lambda c: int(c.shape[0]) * int(c.shape[2])),
-    ("M*K*N", lambda c: int(c.shape[0]) * int(c.shape[1]) * int(c.shape[2])),
-)
-
-
-def _dim(c, i: int) -> int:
-    """Dimension ``i`` of case result ``c``'s shape ``[M, K, N]``."""
-    return int(c.shape[i])
+#: The sizes :func:`failing_pattern` bounds, of a case result's shape ``[M, K, N]``: each dimension, then (where no
+#: dimension alone is bounded) the output elements and the MACs.
+_SIZES = {
+    "M": lambda c: int(c.shape[0]),
+    "K": lambda c: int(c.shape[1]),
+    "N": lambda c: int(c.shape[2]),
+    "M*N": lambda c: int(c.shape[0]) * int(c.shape[2]),
+    "M*K*N": lambda c: int(c.shape[0]) * int(c.shape[1]) * int(c.shape[2]),
+}
 
 
 def failing_pattern(cases: list, failing: list) -> Optional[str]:
@@ -588,18 +586,17 @@ def failing_pattern(cases: list, failing: list) -> Optional[str]:
 
     alike = [c for c in rest if all(get(c) == v for get, v in shared)]  # passing cases with the named attributes
     bounds = 0
-    for i, dim in enumerate(("M", "K", "N")):
-        size = functools.partial(_dim, i=i)
-        found = bound(size, dim, rest) or bound(size, dim, alike)
+    for dim in ("M", "K", "N"):
+        found = bound(_SIZES[dim], dim, rest) or bound(_SIZES[dim], dim, alike)
         for get, v, named in forms if found is None else ():
-            found = bound(size, dim, [c for c in alike if get(c) == v])
+            found = bound(_SIZES[dim], dim, [c for c in alike if get(c) == v])
             if found is not None:
                 parts += [] if named in parts else [named]
                 break
         parts += [found] if found else []
         bounds += found is not None
-    for dim, product in _PRODUCTS if not bounds else ():  # no dimension alone: the output size, the MACs
-        found = bound(product, dim, rest) or bound(product, dim, alike)
+    for dim in ("M*N", "M*K*N") if not bounds else ():  # no dimension alone: the output size, the MACs
+        found = bound(_SIZES[dim], dim, rest) or bound(_SIZES[dim], dim, alike)
         if found:
             parts.append(found)
             break
